@@ -1,0 +1,28 @@
+"""Engine families the service knows by name, whether or not this node can run them.
+
+Voices are portable: a registration names a family, and a node that cannot run it still stores the voice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineFamily:
+    name: str
+    clones_from_clip: bool
+    """Whether a voice can be registered from a reference clip."""
+    accepts_instead: str = ""
+    """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
+
+
+FAMILIES: dict[str, EngineFamily] = {
+    "kokoro": EngineFamily(
+        "kokoro",
+        clones_from_clip=False,
+        accepts_instead="a built-in Kokoro voice pack by name (listed by GET /voices, e.g. 'jf_alpha')",
+    ),
+    "voxcpm": EngineFamily("voxcpm", clones_from_clip=True),
+    "qwen": EngineFamily("qwen", clones_from_clip=True),
+}

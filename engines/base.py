@@ -1,0 +1,96 @@
+"""The one small interface every engine implements; the ModelManager owns each engine's lifetime.
+
+All methods except the cheap descriptive ones (`builtin_voices`, `describe`, `check_language`) run on the single
+GPU thread.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from registry import VoiceEntry
+from text import Language
+
+
+class EngineLoadError(Exception):
+    """The engine cannot load on this host; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    first_chunk_chars: int
+    """Cap on the first text chunk, kept short so the first audio comes early."""
+    max_chunk_chars: int
+    """Cap on the text one generation may take."""
+    max_sentences: int = 0
+    """Cap on sentences per generation, 0 meaning unlimited."""
+    interleavable: bool = True
+    """Whether generations of different requests may alternate on one instance."""
+
+
+@dataclass(frozen=True)
+class BuiltinVoice:
+    name: str
+    language: str
+    engine: str
+
+    def public(self) -> dict[str, object]:
+        return {"voice_id": self.name, "engine": self.engine, "language": self.language, "builtin": True}
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    language: Language
+    speed: float = 1.0
+    extra: dict[str, float | int | bool | str] = field(default_factory=dict)
+
+    def cache_params(self) -> dict[str, object]:
+        """Every parameter that changes the audio: part of the cache key."""
+        return {"language": self.language.code, "speed": self.speed, **self.extra}
+
+
+VoiceRef = BuiltinVoice | VoiceEntry
+"""A voice a request resolved to: a built-in pack by name or a registered voice."""
+
+
+class Engine(ABC):
+    name: str
+    sample_rate: int
+    caps: EngineCaps
+
+    @property
+    @abstractmethod
+    def checkpoint(self) -> str:
+        """What is (or will be) loaded, with its checksum: part of every cache key."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the weights; raise EngineLoadError with a clear reason when this host cannot."""
+
+    @abstractmethod
+    def unload(self) -> None:
+        """Drop the weights and every prepared voice, releasing device memory."""
+
+    @abstractmethod
+    def builtin_voices(self) -> list[BuiltinVoice]:
+        """Voices this engine ships with, usable by name; readable without loading."""
+
+    @abstractmethod
+    def check_language(self, language: Language) -> None:
+        """Raise InvalidInput when this engine cannot speak `language`."""
+
+    @abstractmethod
+    def prepare_voice(self, voice: VoiceRef) -> object:
+        """Per-voice work done once and cached by the engine until unload; returns the handle `stream` takes."""
+
+    @abstractmethod
+    def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
+        """Float32 mono audio for one text chunk, in pieces as they are produced."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, object]:
+        """What `/health` shows about this engine: backend, device, checkpoint."""

@@ -1,0 +1,123 @@
+"""All of the service's knobs: one pydantic-settings class, read from `POLYTTS_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent
+ENV_PREFIX = "POLYTTS_"
+
+
+class Settings(BaseSettings):
+    """Every field maps onto the environment variable `POLYTTS_<FIELD>` (case-insensitive)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+
+    host: str = "127.0.0.1"
+    """Interface to bind. Keep loopback unless a proxy or broker on another host must reach the node."""
+
+    port: int = Field(8100, ge=1, le=65535)
+    """TCP port to serve HTTP on."""
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Logging level of the `polytts` loggers and uvicorn."""
+
+    voices_dir: Path = PROJECT_ROOT / "voices"
+    """Folder of registered voices, one `<voice_id>/` folder each. Loaded as is at start."""
+
+    models_dir: Path = PROJECT_ROOT / "models"
+    """Folder where run-time weights are assembled (never committed)."""
+
+    cache_dir: Path = PROJECT_ROOT / "cache"
+    """Folder of the disk PCM cache (`<cache_dir>/pcm`)."""
+
+    default_engine: Literal["kokoro"] = "kokoro"
+    """Engine loaded at start (bind first, warm after) and used when a request names no voice."""
+
+    default_voice: str = "jf_alpha"
+    """Voice used when a request names none: a built-in Kokoro pack or a registered voice id."""
+
+    default_residency: Literal["HARD_PIN", "SOFT_PIN", "UNPINNED"] = "SOFT_PIN"
+    """Residency of the default engine. HARD_PIN never idles out; SOFT_PIN and UNPINNED do."""
+
+    idle_evict_seconds: float = Field(300.0, gt=0)
+    """Seconds without use after which a resident engine that is not HARD_PIN is unloaded."""
+
+    coload: bool = False
+    """Allow more than one engine in device memory at a time (otherwise loading one evicts the others)."""
+
+    kokoro_onnx_dir: Path | None = None
+    """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
+    Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
+
+    onnx_threads: int = Field(0, ge=0, le=256)
+    """ONNX Runtime intra-op threads; 0 uses every core."""
+
+    max_text_chars: int = Field(5000, ge=1, le=1_000_000)
+    """Longest text one synthesis request may carry; longer is a 413."""
+
+    first_chunk_chars: int = Field(60, ge=10, le=2000)
+    """Cap on the first text chunk of a request, kept short so the first audio arrives early."""
+
+    chunk_chars: int = Field(220, ge=20, le=2000)
+    """Cap on every later text chunk (one model call each)."""
+
+    max_inflight: int = Field(8, ge=1, le=10_000)
+    """Synthesis requests admitted at once (running or waiting for the GPU thread); more is a 429."""
+
+    max_queued_chars: int = Field(20_000, ge=1)
+    """Characters of text admitted but not yet synthesized, across all requests; more is a 429."""
+
+    retry_after_seconds: float = Field(2.0, gt=0)
+    """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
+
+    wav_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    """Bound on the in-memory LRU of finished WAVs; 0 turns it off."""
+
+    pcm_cache_bytes: int = Field(512 * 1024 * 1024, ge=0)
+    """Bound on the disk cache of finished PCM; 0 turns it off."""
+
+    max_upload_bytes: int = Field(12_582_912, ge=1024)
+    """Largest audio file (reference clip or seed clip) a voice registration may upload; larger is a 413."""
+
+    voice_min_seconds: float = Field(0.5, gt=0)
+    """Shortest reference or seed clip accepted at registration."""
+
+    voice_max_seconds: float = Field(60.0, gt=0)
+    """Longest reference or seed clip accepted at registration."""
+
+    warm_on_start: bool = True
+    """Load the default engine right after binding. Off: it loads on the first request."""
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Settings:
+        if self.voice_min_seconds >= self.voice_max_seconds:
+            raise ValueError("POLYTTS_VOICE_MIN_SECONDS must be below POLYTTS_VOICE_MAX_SECONDS")
+        if self.first_chunk_chars > self.chunk_chars:
+            raise ValueError("POLYTTS_FIRST_CHUNK_CHARS must not exceed POLYTTS_CHUNK_CHARS")
+        return self
+
+    @property
+    def kokoro_onnx_path(self) -> Path:
+        return self.kokoro_onnx_dir or self.models_dir / "kokoro-82m-int8"
+
+
+class SettingsError(Exception):
+    """Invalid configuration; the message names each offending environment variable."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment (plus explicit overrides) or raise SettingsError naming the bad variables."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+            problems.append(f"{name}: {error['msg']} (got {error.get('input')!r})" if field else f"{name}: {error['msg']}")
+        raise SettingsError("invalid configuration: " + "; ".join(problems)) from exc

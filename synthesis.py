@@ -1,0 +1,211 @@
+"""Serving logic of the synthesis routes: resolve a request, serve it from cache or the GPU thread, time it.
+
+Everything a client can get wrong is decided in `plan` (and admission in `submit`), before the first byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from audio import pcm_to_wav, to_pcm16, wav_to_pcm
+from cache import WavCache, synthesis_key
+from engines.base import BuiltinVoice, Engine, SynthesisOptions, VoiceRef
+from errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable
+from pcm_cache import PcmCache
+from protocol import TTSRequest
+from registry import VOICE_ID_RE, VoiceRegistry
+from residency import ModelManager
+from scheduler import Job, Scheduler
+from settings import Settings
+from text import chunk_text, normalize_text, resolve_language
+
+log = logging.getLogger("polytts.synthesis")
+
+
+@dataclass
+class EngineState:
+    """Readiness of one engine as /health and the routes see it."""
+
+    status: Literal["idle", "warming", "ready", "failed"] = "idle"
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A request resolved and validated: what to synthesize, with what, and its cache key."""
+
+    engine: Engine
+    voice: VoiceRef
+    voice_key: str
+    text: str
+    chunks: list[str]
+    options: SynthesisOptions
+    cache_key: str
+
+
+@dataclass
+class Timings:
+    """One request's timings, logged as one line when it ends."""
+
+    route: str
+    plan: Plan
+    started: float = field(default_factory=time.perf_counter)
+    cache: str = "miss"
+    first_audio: float | None = None
+    queue_wait: float = 0.0
+    synthesis: float = 0.0
+    audio_bytes: int = 0
+
+    def audio_seconds(self) -> float:
+        return self.audio_bytes / 2 / self.plan.engine.sample_rate
+
+    def log(self, outcome: str) -> None:
+        total = time.perf_counter() - self.started
+        audio_s = self.audio_seconds()
+        ttfa = f"{self.first_audio - self.started:.3f}s" if self.first_audio else "-"
+        rtf = f"{self.synthesis / audio_s:.3f}" if audio_s and self.cache == "miss" else "-"
+        log.info(
+            "%s outcome=%s engine=%s voice=%s chars=%d chunks=%d cache=%s queue=%.3fs ttfa=%s synth=%.3fs "
+            "total=%.3fs audio=%.2fs rtf=%s",
+            self.route, outcome, self.plan.engine.name, self.plan.voice_key, len(self.plan.text),
+            len(self.plan.chunks), self.cache, self.queue_wait, ttfa, self.synthesis, total, audio_s, rtf,
+        )  # fmt: skip
+
+
+class SynthesisService:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: VoiceRegistry,
+        engines: dict[str, Engine],
+        states: dict[str, EngineState],
+        manager: ModelManager,
+        scheduler: Scheduler,
+        wav_cache: WavCache,
+        pcm_cache: PcmCache,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.engines = engines
+        self.states = states
+        self.manager = manager
+        self.scheduler = scheduler
+        self.wav_cache = wav_cache
+        self.pcm_cache = pcm_cache
+
+    def builtin_voices(self) -> dict[str, BuiltinVoice]:
+        return {v.name: v for engine in self.engines.values() for v in engine.builtin_voices()}
+
+    def resolve_voice(self, voice_id: str | None) -> VoiceRef:
+        name = voice_id or self.settings.default_voice
+        builtin = self.builtin_voices().get(name)
+        if builtin is not None:
+            return builtin
+        if not VOICE_ID_RE.match(name):
+            raise NotFound(f"no voice {name!r}: not a registered voice id nor a built-in voice", code="voice_not_found")
+        return self.registry.get(name)
+
+    def engine_for(self, name: str) -> Engine:
+        engine = self.engines.get(name)
+        if engine is None:
+            raise InvalidInput(
+                f"engine {name!r} is not served by this node (it serves: {', '.join(sorted(self.engines))})",
+                code="engine_unavailable",
+            )
+        state = self.states[name]
+        retry = self.settings.retry_after_seconds
+        if state.status == "warming":
+            raise Unavailable(f"engine {name!r} is loading; retry shortly", code="warming", retry_after=retry)
+        if state.status == "failed":
+            raise Unavailable(f"engine {name!r} failed to load: {state.reason}", code="engine_failed", retry_after=retry)
+        return engine
+
+    def plan(self, request: TTSRequest) -> Plan:
+        text = normalize_text(request.text)
+        if not text:
+            raise InvalidInput("text is empty", code="empty_text")
+        if len(text) > self.settings.max_text_chars:
+            raise PayloadTooLarge(
+                f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
+            )
+        voice = self.resolve_voice(request.voice_id)
+        engine = self.engine_for(voice.engine)
+        language = resolve_language(request.language)
+        engine.check_language(language)
+        options = SynthesisOptions(language=language, speed=round(request.speed, 3))
+        voice_key = voice.name if isinstance(voice, BuiltinVoice) else voice.voice_id
+        chunks = chunk_text(text, engine.caps.first_chunk_chars, engine.caps.max_chunk_chars)
+        # A registered voice replaced under the same id must not hit audio cached for its old transcript.
+        cache_voice = voice_key if isinstance(voice, BuiltinVoice) else f"{voice_key}@{voice.created_at}"
+        key = synthesis_key(
+            text=text, voice_id=cache_voice, engine=engine.name, checkpoint=engine.checkpoint, params=options.cache_params()
+        )
+        return Plan(engine, voice, voice_key, text, chunks, options, key)
+
+    def cached_pcm(self, plan: Plan) -> bytes | None:
+        pcm = self.pcm_cache.get(plan.cache_key)
+        if pcm is None and (wav := self.wav_cache.get(plan.cache_key)) is not None:
+            pcm = wav_to_pcm(wav)
+        return pcm
+
+    def cached_wav(self, plan: Plan) -> bytes | None:
+        wav = self.wav_cache.get(plan.cache_key)
+        if wav is None and (pcm := self.pcm_cache.get(plan.cache_key)) is not None:
+            wav = pcm_to_wav(pcm, plan.engine.sample_rate)
+            self.wav_cache.put(plan.cache_key, wav)
+        return wav
+
+    def submit(self, plan: Plan) -> Job:
+        """Admit the synthesis (or raise Busy); its steps run on the GPU thread."""
+
+        def steps() -> Iterator[np.ndarray]:
+            self.manager.ensure(plan.engine.name)
+            handle = plan.engine.prepare_voice(plan.voice)
+            for chunk in plan.chunks:
+                self.manager.touch(plan.engine.name)
+                yield from plan.engine.stream(chunk, handle, plan.options)
+
+        job = Job(engine=plan.engine.name, chars=len(plan.text), steps=steps, loop=asyncio.get_running_loop())
+        return self.scheduler.submit(job)
+
+    async def pcm_stream(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes]:
+        """s16le PCM pieces as they are generated; caches the whole only when the synthesis completed cleanly."""
+        pieces: list[bytes] = []
+        outcome = "cancelled"
+        try:
+            async for samples in job.pieces():
+                pcm = to_pcm16(samples)
+                if timings.first_audio is None:
+                    timings.first_audio = time.perf_counter()
+                pieces.append(pcm)
+                timings.audio_bytes += len(pcm)
+                yield pcm
+            outcome = "ok"
+            self.store(plan, b"".join(pieces))
+        except Exception:
+            outcome = "failed"
+            log.exception("synthesis failed mid-stream (engine=%s voice=%s)", plan.engine.name, plan.voice_key)
+            raise
+        finally:
+            job.cancel()
+            if job.started_at is not None:
+                timings.queue_wait = job.started_at - job.submitted_at
+            timings.synthesis = job.gpu_seconds
+            timings.log(outcome)
+
+    def store(self, plan: Plan, pcm: bytes) -> None:
+        if not pcm:
+            return
+        self.wav_cache.put(plan.cache_key, pcm_to_wav(pcm, plan.engine.sample_rate))
+        try:
+            self.pcm_cache.put(plan.cache_key, pcm)
+        except OSError:
+            log.warning("could not write the PCM cache entry %s", plan.cache_key, exc_info=True)

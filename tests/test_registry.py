@@ -1,0 +1,438 @@
+"""Unit tests of the voice registry: real WAV/FLAC bytes, real folders under tmp_path."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import registry
+from errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, ServiceError
+from registry import Registration, VoiceRegistry, check_voice_id, compute_voice_id
+
+SR = 16_000
+
+
+def make_audio(seconds: float = 1.0, *, tweak: int = 0, fmt: str = "WAV", sr: int = SR) -> bytes:
+    """A 220 Hz sine; `tweak` changes the first sample so clips differ by one sample (and so by id)."""
+    t = np.arange(int(seconds * sr)) / sr
+    samples = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    if tweak and samples.size:
+        samples[0] = tweak / 100
+    out = io.BytesIO()
+    sf.write(out, samples, sr, format=fmt, subtype="PCM_16")
+    return out.getvalue()
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under root with its mtime and content, to prove that nothing was touched."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "voices"
+
+
+@pytest.fixture
+def reg(root: Path) -> VoiceRegistry:
+    return VoiceRegistry(root)
+
+
+# -- ids -------------------------------------------------------------------------------------------------------------
+
+
+def test_id_vectors() -> None:
+    audio = b"polytts-test-audio"
+    assert compute_voice_id(audio, "voxcpm") == "9098c2fdb65b4935"
+    assert compute_voice_id(audio, "voxcpm", x_vector_only_mode=True) == "da699e4ad886b591"
+    assert compute_voice_id(audio, "voxcpm", seed_audio=b"seed-bytes", seed_text="你好") == "a48a6c59468e9aa5"
+
+
+def test_empty_seed_text_does_not_change_the_id() -> None:
+    assert compute_voice_id(b"a", "voxcpm", seed_text="") == compute_voice_id(b"a", "voxcpm")
+
+
+@pytest.mark.parametrize("bad", ["../etc", "ABCDEF0123456789", "0" * 15, "0" * 17, "", "0123456789abcdeg"])
+def test_check_voice_id_rejects(bad: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        check_voice_id(bad)
+    assert exc.value.code == "invalid_voice_id"
+
+
+def test_check_voice_id_returns_a_good_id() -> None:
+    assert check_voice_id("0123456789abcdef") == "0123456789abcdef"
+
+
+# -- register / get / list / delete ---------------------------------------------------------------------------------
+
+
+def test_register_writes_folder_and_get_list_delete(reg: VoiceRegistry, root: Path) -> None:
+    audio = make_audio()
+    entry, created = reg.register(Registration(audio=audio, engine="voxcpm", ref_text="  hello there  "))
+    assert created
+    assert entry.voice_id == compute_voice_id(audio, "voxcpm")
+    assert entry.ref_text == "hello there"
+    assert entry.sample_rate == SR and entry.duration_s == pytest.approx(1.0)
+    assert not entry.has_seed_audio and entry.seed_path is None
+    assert sorted(os.listdir(root / entry.voice_id)) == ["meta.json", "voice.wav"]
+    assert entry.audio_path.read_bytes() == audio  # a WAV upload is stored verbatim
+    meta = json.loads((entry.folder / "meta.json").read_text(encoding="utf-8"))
+    assert meta == {
+        "voice_id": entry.voice_id,
+        "engine": "voxcpm",
+        "ref_text": "hello there",
+        "x_vector_only_mode": False,
+        "seed_text": None,
+        "created_at": entry.created_at,
+        "duration_s": entry.duration_s,
+        "sample_rate": SR,
+    }
+    assert reg.get(entry.voice_id) == entry
+    assert reg.list() == [entry]
+    assert len(reg) == 1
+    assert reg.engines_in_use() == {"voxcpm": 1}
+
+    assert reg.delete(entry.voice_id) == entry
+    assert os.listdir(root) == []
+    assert len(reg) == 0
+    with pytest.raises(NotFound) as exc:
+        reg.get(entry.voice_id)
+    assert exc.value.code == "voice_not_found"
+    with pytest.raises(NotFound):
+        reg.delete(entry.voice_id)
+
+
+def test_get_and_delete_check_the_id_first(reg: VoiceRegistry) -> None:
+    for call in (reg.get, reg.delete):
+        with pytest.raises(InvalidInput) as exc:
+            call("../etc")
+        assert exc.value.code == "invalid_voice_id"
+
+
+def test_register_with_seed(reg: VoiceRegistry) -> None:
+    audio, seed = make_audio(), make_audio(2.0, tweak=3)
+    entry, created = reg.register(
+        Registration(audio=audio, engine="voxcpm", ref_text="hi", seed_audio=seed, seed_text="你好")
+    )
+    assert created
+    assert entry.voice_id == compute_voice_id(audio, "voxcpm", seed_audio=seed, seed_text="你好")
+    assert entry.has_seed_audio and entry.seed_text == "你好"
+    assert entry.seed_path is not None and entry.seed_path.read_bytes() == seed
+    public = entry.public()
+    assert set(public) == {
+        "voice_id", "engine", "ref_text", "x_vector_only_mode", "seed_text",
+        "has_seed_audio", "created_at", "duration_s", "sample_rate",
+    }  # fmt: skip
+    json.dumps(public)
+
+
+def test_x_vector_only_needs_no_ref_text(reg: VoiceRegistry) -> None:
+    audio = make_audio()
+    entry, created = reg.register(Registration(audio=audio, engine="qwen", x_vector_only_mode=True))
+    assert created and entry.x_vector_only_mode and entry.ref_text == ""
+    assert entry.voice_id == compute_voice_id(audio, "qwen", x_vector_only_mode=True)
+
+
+def test_same_registration_twice_is_deduped_without_writing(reg: VoiceRegistry, root: Path) -> None:
+    registration = Registration(audio=make_audio(), engine="voxcpm", ref_text="hello")
+    first, created = reg.register(registration)
+    before = snapshot(root)
+    again, created_again = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text=" hello "))
+    assert created and not created_again
+    assert again == first
+    assert snapshot(root) == before
+    assert sorted(os.listdir(root)) == [first.voice_id]
+
+
+def test_clips_differing_by_one_sample_get_different_ids(reg: VoiceRegistry) -> None:
+    a, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="x"))
+    b, _ = reg.register(Registration(audio=make_audio(tweak=1), engine="voxcpm", ref_text="x"))
+    assert a.voice_id != b.voice_id
+    assert len(reg) == 2
+
+
+def test_different_ref_text_conflicts_and_changes_nothing(reg: VoiceRegistry, root: Path) -> None:
+    first, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    before = snapshot(root)
+    with pytest.raises(Conflict) as exc:
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye"))
+    assert exc.value.code == "voice_exists"
+    assert "replace=true" in exc.value.message
+    assert snapshot(root) == before
+    assert reg.get(first.voice_id).ref_text == "hello"
+
+
+def test_replace_updates_ref_text(reg: VoiceRegistry, root: Path) -> None:
+    first, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    (first.folder / "prompts").mkdir()  # a per-voice cache made from the old transcript goes with it
+    entry, created = reg.register(
+        Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True)
+    )
+    assert created and entry.voice_id == first.voice_id
+    assert reg.get(first.voice_id).ref_text == "goodbye"
+    assert sorted(os.listdir(root)) == [first.voice_id]
+    assert sorted(os.listdir(root / first.voice_id)) == ["meta.json", "voice.wav"]
+    assert VoiceRegistry(root).get(first.voice_id).ref_text == "goodbye"
+
+
+def test_concurrent_identical_registrations_create_once(reg: VoiceRegistry, root: Path) -> None:
+    registration = Registration(audio=make_audio(), engine="voxcpm", ref_text="hello")
+    results: list[bool] = []
+
+    def worker() -> None:
+        results.append(reg.register(registration)[1])
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True]
+    assert len(os.listdir(root)) == 1
+
+
+# -- validation: every refusal leaves nothing on disk ---------------------------------------------------------------
+
+CASES: list[tuple[str, dict[str, Any], type[ServiceError], str]] = [
+    ("unknown engine", {"engine": "nope"}, InvalidInput, "unknown_engine"),
+    ("kokoro", {"engine": "kokoro"}, InvalidInput, "engine_cannot_clone"),
+    ("audio too large", {"audio": make_audio(3.0)}, PayloadTooLarge, "audio_too_large"),
+    ("seed too large", {"seed_audio": make_audio(3.0)}, PayloadTooLarge, "audio_too_large"),
+    ("garbage audio", {"audio": b"not audio at all"}, InvalidInput, "invalid_audio"),
+    ("garbage seed", {"seed_audio": b"RIFF....WAVE"}, InvalidInput, "invalid_audio"),
+    ("empty audio", {"audio": make_audio(0.0)}, InvalidInput, "empty_audio"),
+    ("empty seed", {"seed_audio": make_audio(0.0)}, InvalidInput, "empty_audio"),
+    ("too short", {"audio": make_audio(0.2)}, InvalidInput, "audio_duration"),
+    ("too long", {"audio": make_audio(2.5)}, InvalidInput, "audio_duration"),
+    ("seed too short", {"seed_audio": make_audio(0.1)}, InvalidInput, "audio_duration"),
+    ("no ref_text", {"ref_text": ""}, InvalidInput, "ref_text_required"),
+    ("blank ref_text", {"ref_text": " \n\t "}, InvalidInput, "ref_text_required"),
+    ("seed_text alone", {"seed_text": "你好"}, InvalidInput, "seed_text_without_audio"),
+    ("ref_text too long", {"ref_text": "a" * 2001}, InvalidInput, "ref_text_too_long"),
+]
+
+
+@pytest.mark.parametrize(("fields", "kind", "code"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_refusals_leave_nothing_on_disk(
+    root: Path, fields: dict[str, Any], kind: type[ServiceError], code: str
+) -> None:
+    # 3 s of 16-bit mono at 16 kHz is 96 kB: over this bound, while the 2.5 s clip is under it.
+    reg = VoiceRegistry(root, max_upload_bytes=90_000, max_seconds=2.0)
+    registration = Registration(**{"audio": make_audio(), "engine": "voxcpm", "ref_text": "hello", **fields})
+    with pytest.raises(kind) as exc:
+        reg.register(registration)
+    assert exc.value.code == code
+    assert os.listdir(root) == []
+    assert len(reg) == 0
+
+
+def test_refusal_messages_say_what_to_do(root: Path) -> None:
+    reg = VoiceRegistry(root, max_seconds=2.0)
+    with pytest.raises(InvalidInput) as exc:
+        reg.register(Registration(audio=make_audio(), engine="nope", ref_text="x"))
+    assert all(name in exc.value.message for name in ("kokoro", "voxcpm", "qwen"))
+    with pytest.raises(InvalidInput) as exc:
+        reg.register(Registration(audio=make_audio(), engine="kokoro", ref_text="x"))
+    assert "cannot clone" in exc.value.message
+    assert registry.FAMILIES["kokoro"].accepts_instead in exc.value.message
+    with pytest.raises(InvalidInput) as exc:
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="x", seed_audio=b"junk"))
+    assert "seed_audio" in exc.value.message
+    with pytest.raises(InvalidInput) as exc:
+        reg.register(Registration(audio=make_audio(3.0), engine="voxcpm", ref_text="x"))
+    assert "between 0.5 and 2 seconds" in exc.value.message and "3.000 s" in exc.value.message
+
+
+def test_flac_upload_is_stored_as_wav(reg: VoiceRegistry) -> None:
+    flac = make_audio(fmt="FLAC")
+    entry, _ = reg.register(Registration(audio=flac, engine="voxcpm", ref_text="hello"))
+    assert entry.voice_id == compute_voice_id(flac, "voxcpm")  # the id hashes the upload, not the stored file
+    info = sf.info(str(entry.audio_path))
+    assert info.format == "WAV" and info.subtype == "PCM_16"
+    assert info.frames == SR and info.samplerate == SR
+    stored, _ = sf.read(str(entry.audio_path), dtype="int16")
+    original, _ = sf.read(io.BytesIO(flac), dtype="int16")
+    assert np.array_equal(stored, original)
+
+
+# -- atomicity ------------------------------------------------------------------------------------------------------
+
+
+def _fail_writing_meta(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(path: Path, obj: Any) -> None:
+        path.write_bytes(b"{half")  # a torn write, then the failure
+        raise OSError("disk full")
+
+    monkeypatch.setattr(registry, "_write_json", boom)
+
+
+def test_failure_mid_registration_leaves_no_half_voice(
+    reg: VoiceRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fail_writing_meta(monkeypatch)
+    with pytest.raises(OSError, match="disk full"):
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    assert os.listdir(root) == []
+    assert len(reg) == 0
+    monkeypatch.undo()
+    entry, created = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    assert created and os.listdir(root) == [entry.voice_id]
+
+
+def test_failure_mid_replace_keeps_the_old_voice(
+    reg: VoiceRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    before = snapshot(root)
+    _fail_writing_meta(monkeypatch)
+    with pytest.raises(OSError, match="disk full"):
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True))
+    assert os.listdir(root) == [old.voice_id]
+    assert snapshot(root) == before
+    assert reg.get(old.voice_id).ref_text == "hello"
+    assert VoiceRegistry(root).get(old.voice_id).ref_text == "hello"
+
+
+def test_failure_between_the_renames_of_a_replace_puts_the_old_voice_back(
+    reg: VoiceRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    before = snapshot(root)
+    real_rename = os.rename
+
+    def rename(src: Any, dst: Any) -> None:
+        if Path(src).name.startswith(".tmp-"):
+            raise OSError("rename failed")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(registry.os, "rename", rename)
+    with pytest.raises(OSError, match="rename failed"):
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True))
+    monkeypatch.undo()
+    assert os.listdir(root) == [old.voice_id]
+    assert snapshot(root) == before
+    assert reg.get(old.voice_id).ref_text == "hello"
+
+
+# -- loading --------------------------------------------------------------------------------------------------------
+
+
+def test_restart_keeps_every_voice(reg: VoiceRegistry, root: Path) -> None:
+    entries = [
+        reg.register(Registration(audio=make_audio(tweak=1), engine="voxcpm", ref_text="one"))[0],
+        reg.register(Registration(audio=make_audio(tweak=2), engine="qwen", x_vector_only_mode=True))[0],
+        reg.register(
+            Registration(
+                audio=make_audio(tweak=3), engine="voxcpm", ref_text="three", seed_audio=make_audio(), seed_text="s"
+            )
+        )[0],
+    ]
+    fresh = VoiceRegistry(root)
+    assert fresh.list() == reg.list()
+    assert sorted(e.voice_id for e in fresh.list()) == sorted(e.voice_id for e in entries)
+    assert fresh.engines_in_use() == {"voxcpm": 2, "qwen": 1}
+
+
+def _voice_folder(root: Path, voice_id: str, meta: Any | None, *, audio: bool = True) -> Path:
+    folder = root / voice_id
+    folder.mkdir(parents=True)
+    if audio:
+        (folder / "voice.wav").write_bytes(make_audio(1.5, sr=24_000))
+    if meta is not None:
+        text = meta if isinstance(meta, str) else json.dumps(meta)
+        (folder / "meta.json").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_legacy_folder_loads_with_defaults(root: Path) -> None:
+    folder = _voice_folder(root, "00112233aabbccdd", {"engine": "voxcpm", "text": "hi"})
+    entry = VoiceRegistry(root).get("00112233aabbccdd")
+    assert entry.engine == "voxcpm" and entry.ref_text == "hi"
+    assert not entry.x_vector_only_mode and entry.seed_text is None and not entry.has_seed_audio
+    assert entry.sample_rate == 24_000 and entry.duration_s == pytest.approx(1.5)
+    assert entry.created_at == folder.stat().st_mtime
+    assert entry.folder == folder
+
+
+def test_list_is_ordered_by_created_at_then_id(root: Path) -> None:
+    _voice_folder(root, "ffffffffffffffff", {"engine": "voxcpm", "created_at": 1.0})
+    _voice_folder(root, "bbbbbbbbbbbbbbbb", {"engine": "voxcpm", "created_at": 2.0})
+    _voice_folder(root, "aaaaaaaaaaaaaaaa", {"engine": "voxcpm", "created_at": 2.0})
+    ids = [e.voice_id for e in VoiceRegistry(root).list()]
+    assert ids == ["ffffffffffffffff", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"]
+
+
+@pytest.mark.parametrize(
+    ("meta", "audio"),
+    [
+        ("{not json", True),
+        ("[1, 2]", True),
+        ({"ref_text": "no engine"}, True),
+        ({"engine": "voxcpm", "created_at": "yesterday"}, True),
+        (None, True),
+        ({"engine": "voxcpm", "ref_text": "no clip"}, False),
+    ],
+    ids=["bad json", "not an object", "no engine", "bad field", "no meta", "no voice.wav"],
+)
+def test_broken_folders_are_skipped_with_a_warning_and_kept(
+    root: Path, caplog: pytest.LogCaptureFixture, meta: Any, audio: bool
+) -> None:
+    good = _voice_folder(root, "1111111111111111", {"engine": "voxcpm", "ref_text": "fine"})
+    broken = _voice_folder(root, "2222222222222222", meta, audio=audio)
+    before = snapshot(root)
+    with caplog.at_level(logging.WARNING, logger="polytts.registry"):
+        reg = VoiceRegistry(root)
+    assert [e.voice_id for e in reg.list()] == [good.name]
+    assert any(broken.name in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    assert snapshot(root) == before
+
+
+def test_voice_of_an_unknown_engine_is_listed(root: Path) -> None:
+    _voice_folder(root, "3333333333333333", {"engine": "mystery", "ref_text": "?"})
+    reg = VoiceRegistry(root)
+    assert [e.engine for e in reg.list()] == ["mystery"]
+    assert reg.engines_in_use() == {"mystery": 1}
+
+
+def test_other_names_are_ignored(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (root / ".DS_Store").parent.mkdir(parents=True)
+    (root / ".DS_Store").write_bytes(b"")
+    (root / "README.txt").write_text("notes")
+    with caplog.at_level(logging.DEBUG, logger="polytts.registry"):
+        reg = VoiceRegistry(root)
+    assert len(reg) == 0
+    assert not any(".DS_Store" in r.getMessage() for r in caplog.records)
+    assert sorted(os.listdir(root)) == [".DS_Store", "README.txt"]
+
+
+def test_leftovers_are_cleaned_and_an_interrupted_replace_is_restored(root: Path) -> None:
+    kept = _voice_folder(root, "4444444444444444", {"engine": "voxcpm", "ref_text": "kept"})
+    orphan = _voice_folder(root, "5555555555555555", {"engine": "voxcpm", "ref_text": "orphan"})
+    orphan.rename(root / ".trash-5555555555555555-x")
+    stale = root / ".trash-4444444444444444-y"  # the replace finished: its id folder exists
+    shutil.copytree(kept, stale)
+    _voice_folder(root, "6666666666666666", {"engine": "voxcpm"}).rename(root / ".tmp-6666666666666666-z")
+    _voice_folder(root, "7777777777777777", {"engine": "voxcpm"}).rename(root / ".trash-deleted-7777777777777777-w")
+
+    reg = VoiceRegistry(root)
+    assert sorted(os.listdir(root)) == ["4444444444444444", "5555555555555555"]
+    assert reg.get("5555555555555555").ref_text == "orphan"
+    assert reg.get("4444444444444444").ref_text == "kept"
+
+
+def test_delete_is_not_undone_by_a_restart(reg: VoiceRegistry, root: Path) -> None:
+    entry, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    reg.delete(entry.voice_id)
+    assert len(VoiceRegistry(root)) == 0

@@ -1,0 +1,134 @@
+"""Text preparation shared by every route and engine: language codes, sentence splitting, chunk caps.
+
+Language codes are mapped here and nowhere else, so `en`, `en-US` and `English` mean the same on every route.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+
+from errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Language:
+    code: str
+    """Canonical code, also the espeak-ng voice for espeak languages."""
+    name: str
+    g2p: str
+    """Which grapheme-to-phoneme route speaks it: "espeak" or "ja"."""
+    module: str = ""
+    """Python module the G2P route needs beyond the base install ("" when none)."""
+    package: str = ""
+    """pip requirement that provides `module`."""
+
+    def missing_package(self) -> str | None:
+        """The pip requirement to install when this language's G2P is not importable, else None."""
+        if self.module and importlib.util.find_spec(self.module) is None:
+            return self.package
+        return None
+
+
+_LANGUAGES = (
+    (Language("en-us", "American English", "espeak"), ("en", "en-us", "american english", "english", "a")),
+    (Language("en-gb", "British English", "espeak"), ("en-gb", "en-uk", "british english", "b")),
+    (Language("es", "Spanish", "espeak"), ("es", "es-es", "spanish", "español", "e")),
+    (Language("fr-fr", "French", "espeak"), ("fr", "fr-fr", "french", "français", "f")),
+    (Language("hi", "Hindi", "espeak"), ("hi", "hi-in", "hindi", "h")),
+    (Language("it", "Italian", "espeak"), ("it", "it-it", "italian", "italiano", "i")),
+    (Language("pt-br", "Brazilian Portuguese", "espeak"), ("pt", "pt-br", "portuguese", "português", "p")),
+    (
+        Language("ja", "Japanese", "ja", module="pyopenjtalk", package="pyopenjtalk-plus"),
+        ("ja", "ja-jp", "jp", "japanese", "日本語", "j"),
+    ),
+)
+LANGUAGES: dict[str, Language] = {alias: lang for lang, aliases in _LANGUAGES for alias in aliases}
+DEFAULT_LANGUAGE = "en-us"
+
+
+def resolve_language(code: str | None) -> Language:
+    """Map any accepted spelling of a language (ISO code, locale, English name) onto one Language."""
+    key = (code or DEFAULT_LANGUAGE).strip().lower().replace("_", "-")
+    lang = LANGUAGES.get(key)
+    if lang is None:
+        accepted = sorted({lang.code for lang, _ in _LANGUAGES})
+        raise InvalidInput(
+            f"language {code!r} is not supported; use one of {', '.join(accepted)} (or its name, e.g. 'English')",
+            code="unsupported_language",
+        )
+    missing = lang.missing_package()
+    if missing:
+        raise InvalidInput(
+            f"{lang.name} needs its G2P package, which is not installed on this node: pip install {missing}",
+            code="language_not_installed",
+        )
+    return lang
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])|\n+")
+# Each split keeps its separator on the left part, so joining parts with "" gives back the text exactly.
+_CLAUSE_END = re.compile(r"(?<=[,;:、，；：—])(?!\s)|(?<=[,;:、，；：—]\s)")
+_WORD_END = re.compile(r"(?<=\s)(?=\S)")
+
+
+def normalize_text(text: str) -> str:
+    """Collapse runs of spaces and tabs, keep line breaks as sentence boundaries."""
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(normalize_text(text)) if s and s.strip()]
+
+
+def _split_long(piece: str, cap: int) -> list[str]:
+    """Split one piece over `cap` at clause marks, then at spaces, then hard; each part at most `cap`."""
+    if len(piece) <= cap:
+        return [piece]
+    for pattern in (_CLAUSE_END, _WORD_END):
+        parts = [p for p in pattern.split(piece) if p]
+        if len(parts) > 1:
+            return _pack(parts, cap, cap)
+    return [piece[i : i + cap] for i in range(0, len(piece), cap)]
+
+
+def _pack(parts: list[str], first_cap: int, cap: int) -> list[str]:
+    """Greedily concatenate parts into chunks: the first at most `first_cap` characters, the rest at most `cap`."""
+    chunks: list[str] = []
+    current = ""
+    for part in parts:
+        limit = first_cap if not chunks else cap
+        if len((current + part).strip()) <= limit:
+            current += part
+            continue
+        if current.strip():
+            chunks.append(current.strip())
+            limit = cap
+        current = ""
+        if len(part.strip()) <= limit:
+            current = part
+        else:
+            pieces = _split_long(part.strip(), limit)
+            chunks.extend(pieces[:-1])
+            current = pieces[-1] + part[len(part.rstrip()) :]
+    if current.strip():
+        chunks.append(current.strip())
+    return chunks
+
+
+def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int) -> list[str]:
+    """Split text into model-sized chunks along sentences; the first chunk is kept short for early audio.
+
+    Whole sentences are packed together up to the cap; a sentence over the cap is split at clause marks, then
+    at word boundaries, then hard. The first chunk is at most `first_chunk_chars` characters and holds at most
+    the first sentence; every other chunk is at most `max_chunk_chars`.
+    """
+    sentences = split_sentences(text)
+    if not sentences:
+        return []
+    first = _split_long(sentences[0], first_chunk_chars)[0]
+    remainder = sentences[0][len(first) :].strip()
+    rest = [remainder, *sentences[1:]] if remainder else sentences[1:]
+    return [first, *_pack([s + " " for s in rest], max_chunk_chars, max_chunk_chars)]
