@@ -11,13 +11,15 @@ import contextlib
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -79,7 +81,8 @@ def build_service(settings: Settings) -> Service:
             except Exception as exc:
                 states[engine.name] = EngineState("failed", str(exc))
                 raise
-            states[engine.name] = EngineState("ready")
+            if states[engine.name].status != "warming":  # the start-up warm-up declares itself ready
+                states[engine.name] = EngineState("ready")
             return engine
 
         policy = ResidencyPolicy[settings.default_residency] if engine.name == settings.default_engine else ResidencyPolicy.UNPINNED
@@ -118,10 +121,14 @@ async def _warm(service: Service) -> None:
     name = service.settings.default_engine
     started = time.perf_counter()
     try:
-        await service.gpu.run(service.manager.ensure, name)
-        log.info("default engine %s ready in %.2fs", name, time.perf_counter() - started)
-    except Exception:
+        engine = await service.gpu.run(service.manager.ensure, name)
+        await service.gpu.run(engine.warmup)
+    except Exception as exc:
+        service.states[name] = EngineState("failed", str(exc))
         log.exception("default engine %s failed to load", name)
+        return
+    service.states[name] = EngineState("ready")
+    log.info("default engine %s ready in %.2fs", name, time.perf_counter() - started)
 
 
 async def _evict_idle(service: Service) -> None:
@@ -380,8 +387,21 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after its graceful shutdown, so the process would die by the signal; a
+    supervisor must see a clean stop as exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
 def main() -> int:
-    import uvicorn
 
     try:
         settings = load_settings()
@@ -395,7 +415,7 @@ def main() -> int:
     config = uvicorn.Config(
         create_app(settings), log_level=settings.log_level, access_log=False, timeout_graceful_shutdown=10
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     log.info("binding http://%s:%d", settings.host, settings.port)
     server.run(sockets=[sock])
     return 0 if server.started else 1

