@@ -34,23 +34,33 @@ setup() {
 }
 
 serve() {
-  local delay=1 child code started stopping=0
-  trap 'stopping=1; [ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null' TERM INT
-  while :; do
+  local delay=1 child= sleeper= code started stopping=0
+  # On SIGTERM/SIGINT: remember to stop and pass the signal on to whatever runs now (server or backoff sleep).
+  # `child`/`sleeper` are cleared once reaped, so a stale pid (possibly reused) is never signalled.
+  trap 'stopping=1; for pid in $child $sleeper; do kill -TERM "$pid" 2>/dev/null; done' TERM INT
+  while [ "$stopping" = 0 ]; do
     started=$(date +%s)
     "$VENV/bin/python" server.py &
     child=$!
+    # A signal that arrived before `child` was set found no server to stop; stop this one now.
+    [ "$stopping" = 1 ] && kill -TERM "$child" 2>/dev/null
     wait "$child"; code=$?
     # A trapped signal interrupts wait; wait again for the server's own exit.
     while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done
-    if [ "$stopping" = 1 ]; then say "stopped"; exit 0; fi
+    child=
+    [ "$stopping" = 1 ] && break
     if [ "$code" = 0 ]; then say "server exited cleanly"; exit 0; fi
     [ $(($(date +%s) - started)) -ge 60 ] && delay=1
     say "server exited with status $code; restarting in ${delay}s"
-    sleep "$delay" & wait $!
-    if [ "$stopping" = 1 ]; then say "stopped"; exit 0; fi
+    sleep "$delay" &
+    sleeper=$!
+    [ "$stopping" = 1 ] && kill -TERM "$sleeper" 2>/dev/null
+    wait "$sleeper"
+    sleeper=
     delay=$((delay * 2 > 60 ? 60 : delay * 2))
   done
+  say "stopped"
+  exit 0
 }
 
 case "${1:-serve}" in

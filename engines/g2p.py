@@ -12,6 +12,9 @@ import logging
 from text import Language
 
 log = logging.getLogger("polytts.g2p")
+# phonemizer warns on every word-count mismatch between text and phonemes, which punctuation makes routine.
+_phonemizer_log = logging.getLogger("polytts.g2p.phonemizer")
+_phonemizer_log.setLevel(logging.ERROR)
 
 
 class G2P:
@@ -35,7 +38,9 @@ class G2P:
 
             EspeakWrapper.set_library(espeakng_loader.get_library_path())
             EspeakWrapper.set_data_path(espeakng_loader.get_data_path())
-            backend = EspeakBackend(code, preserve_punctuation=True, with_stress=True, words_mismatch="ignore")
+            backend = EspeakBackend(
+                code, preserve_punctuation=True, with_stress=True, words_mismatch="ignore", logger=_phonemizer_log
+            )
             self._espeak[code] = backend
             log.info("espeak-ng G2P ready for %s", code)
         return backend

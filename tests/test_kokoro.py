@@ -1,0 +1,93 @@
+"""The Kokoro ONNX engine on the real int8 model (assembled from PyPI), without the server around it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
+from engines.kokoro import MAX_TOKENS, KokoroOnnxEngine
+from errors import InvalidInput
+from registry import VoiceEntry
+from text import resolve_language
+
+CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)
+ENGLISH = SynthesisOptions(language=resolve_language("en"))
+
+
+@pytest.fixture(scope="module")
+def engine(assembled_model: Path) -> Iterator[KokoroOnnxEngine]:
+    kokoro = KokoroOnnxEngine(assembled_model, threads=2, caps=CAPS)
+    kokoro.load()
+    yield kokoro
+    kokoro.unload()
+
+
+def speak(engine: KokoroOnnxEngine, text: str, options: SynthesisOptions = ENGLISH) -> np.ndarray:
+    handle = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
+    return np.concatenate(list(engine.stream(text, handle, options)))
+
+
+def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
+    fresh = KokoroOnnxEngine(assembled_model, caps=CAPS)
+    names = {v.name: v.language for v in fresh.builtin_voices()}
+    assert names == {"jf_alpha": "ja", "jf_gongitsune": "ja", "jf_nezumi": "ja", "jf_tebukuro": "ja", "jm_kumo": "ja"}
+    assert not fresh.loaded
+    assert fresh.checkpoint == "kokoro-82m-int8-onnx@6e742170d309016e"
+
+
+def test_english_speech_at_24khz(engine: KokoroOnnxEngine) -> None:
+    audio = speak(engine, "Hello from the embedded model.")
+    assert audio.dtype == np.float32 and engine.sample_rate == 24_000
+    assert 1.0 < len(audio) / 24_000 < 6.0
+    assert 0.05 < np.abs(audio).max() <= 1.0
+
+
+def test_speed_changes_duration(engine: KokoroOnnxEngine) -> None:
+    text = "Speed changes how long this takes."
+    slow = speak(engine, text, SynthesisOptions(language=ENGLISH.language, speed=0.8))
+    fast = speak(engine, text, SynthesisOptions(language=ENGLISH.language, speed=1.6))
+    assert len(fast) < 0.75 * len(slow)
+
+
+def test_phonemes_over_the_model_limit_are_windowed_at_spaces(engine: KokoroOnnxEngine) -> None:
+    phonemes = " ".join(["hˈɛloʊ"] * 150)  # about 1,050 phonemes
+    windows = list(engine._token_windows(phonemes))
+    assert len(windows) == 3 and all(len(w) <= MAX_TOKENS for w in windows)
+    space = engine._vocab[" "]
+    assert all(w[-1] == space for w in windows[:-1])  # cut after a word, never inside one
+    assert sum(map(len, windows)) == len([p for p in phonemes if p in engine._vocab])
+
+
+def test_other_espeak_languages_speak(engine: KokoroOnnxEngine) -> None:
+    for code, text in (("es", "Hola, buenos días."), ("fr", "Bonjour à tous."), ("en-gb", "Good afternoon.")):
+        audio = speak(engine, text, SynthesisOptions(language=resolve_language(code)))
+        assert len(audio) > 12_000, code
+
+
+def test_voice_errors(engine: KokoroOnnxEngine, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput) as err:
+        engine.prepare_voice(BuiltinVoice("af_nobody", "en-us", "kokoro"))
+    assert err.value.code == "voice_not_found"
+    registered = VoiceEntry("0123456789abcdef", "voxcpm", "hi", False, None, False, 0.0, 1.0, 16_000, tmp_path)
+    with pytest.raises(InvalidInput) as err:
+        engine.prepare_voice(registered)
+    assert err.value.code == "wrong_engine"
+
+
+def test_unload_and_reload(assembled_model: Path) -> None:
+    kokoro = KokoroOnnxEngine(assembled_model, caps=CAPS)
+    kokoro.load()
+    assert kokoro.loaded and kokoro.describe()["loaded"] is True
+    kokoro.unload()
+    assert not kokoro.loaded
+    kokoro.load()
+    assert len(speak(kokoro, "Again.")) > 0
+
+
+def test_missing_model_is_a_clear_load_error(tmp_path: Path) -> None:
+    with pytest.raises(EngineLoadError, match="python -m models.assemble"):
+        KokoroOnnxEngine(tmp_path, caps=CAPS).load()
