@@ -85,9 +85,9 @@ def build_service(settings: Settings) -> Service:
                 states[engine.name] = EngineState("ready")
             return engine
 
-        policy = ResidencyPolicy[settings.default_residency] if engine.name == settings.default_engine else ResidencyPolicy.UNPINNED
-        footprint = sum(p.stat().st_size for p in settings.kokoro_onnx_path.glob("*") if p.is_file())
-        return ManagedUnit(engine.name, loader, lambda _: engine.unload(), footprint, policy)
+        default = engine.name == settings.default_engine
+        policy = ResidencyPolicy[settings.default_residency] if default else ResidencyPolicy.UNPINNED
+        return ManagedUnit(engine.name, loader, lambda _: engine.unload(), engine.footprint, policy)
 
     manager = ModelManager([unit(e) for e in engines.values()], settings.idle_evict_seconds, coload=settings.coload)
     gpu = GpuThread()

@@ -67,6 +67,11 @@ class Engine(ABC):
     def checkpoint(self) -> str:
         """What is (or will be) loaded, with its checksum: part of every cache key."""
 
+    @property
+    def footprint(self) -> int:
+        """Bytes of (device) memory the loaded model takes, for the manager's status."""
+        return 0
+
     @abstractmethod
     def load(self) -> None:
         """Load the weights; raise EngineLoadError with a clear reason when this host cannot."""

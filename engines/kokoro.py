@@ -45,6 +45,7 @@ class KokoroOnnxEngine(Engine):
         self._packs: dict[str, np.ndarray] = {}
         self._g2p = G2P()
         self._pack_names = self._read_pack_names()
+        self._checkpoint = self._read_checkpoint()
 
     def _read_pack_names(self) -> list[str]:
         path = self.model_dir / "voices.npz"
@@ -53,11 +54,19 @@ class KokoroOnnxEngine(Engine):
         with np.load(path) as archive:
             return sorted(archive.files)
 
-    @property
-    def checkpoint(self) -> str:
+    def _read_checkpoint(self) -> str:
         sum_file = self.model_dir / SUM_FILE
         digest = sum_file.read_text().strip()[:16] if sum_file.is_file() else "missing"
         return f"kokoro-82m-int8-onnx@{digest}"
+
+    @property
+    def checkpoint(self) -> str:
+        return self._checkpoint
+
+    @property
+    def footprint(self) -> int:
+        """Host memory, on the CPU backend: about the size of the weights and voice packs."""
+        return sum(p.stat().st_size for p in self.model_dir.glob("*") if p.is_file())
 
     @property
     def loaded(self) -> bool:
@@ -81,6 +90,7 @@ class KokoroOnnxEngine(Engine):
         with np.load(self.model_dir / "voices.npz") as archive:
             self._packs = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
         self._pack_names = sorted(self._packs)
+        self._checkpoint = self._read_checkpoint()
         log.info("Kokoro ONNX loaded from %s in %.2fs (%d threads)", self.model_dir, time.perf_counter() - started, self.threads)
 
     def unload(self) -> None:

@@ -276,7 +276,8 @@ def test_run_sh_restarts_with_doubling_backoff_and_stops_on_sigterm_while_sleepi
         assert "restarting in 4s" not in stderr
         assert "run.sh: stopped" in stderr
         assert stopped_in < 2, f"run.sh took {stopped_in:.1f}s to stop"
-        _wait_for(lambda: not _group(runner.pid), STOP_S, "run.sh's process group (backoff sleep) to be gone")
+        # the backoff `sleep 2` must go with run.sh, not linger on as an orphan until it runs out
+        _wait_for(lambda: not _group(runner.pid), 1.0, "run.sh's process group (backoff sleep) to be gone")
 
 
 def test_run_sh_restarts_a_killed_server_and_stops_after_its_clean_exit(tmp_path: Path) -> None:
