@@ -84,6 +84,13 @@ class Unavailable(ServiceError):
     code = "unavailable"
 
 
+class ClientDisconnected(ServiceError):
+    """The client went away before its answer was ready; the status is only logged (nobody receives it)."""
+
+    status = 499
+    code = "client_disconnected"
+
+
 _STATUS_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 422: "invalid_input"}
 
 

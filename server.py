@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from audio import pcm_to_wav
 from cache import WavCache
 from engines import FAMILIES
-from engines.base import BuiltinVoice, Engine, EngineCaps
+from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
 from engines.kokoro import KokoroOnnxEngine
-from errors import Conflict, InvalidInput, install_error_handlers
+from errors import ClientDisconnected, Conflict, InvalidInput, install_error_handlers
 from pcm_cache import PcmCache
 from protocol import TTSRequest, UnloadResult, VoiceCreated
 from registry import Registration, VoiceRegistry, check_voice_id
@@ -125,7 +126,7 @@ async def _warm(service: Service) -> None:
         await service.gpu.run(engine.warmup)
     except Exception as exc:
         service.states[name] = EngineState("failed", str(exc))
-        log.exception("default engine %s failed to load", name)
+        log.error("default engine %s failed to load: %s", name, exc, exc_info=not isinstance(exc, EngineLoadError))
         return
     service.states[name] = EngineState("ready")
     log.info("default engine %s ready in %.2fs", name, time.perf_counter() - started)
@@ -139,7 +140,7 @@ async def _evict_idle(service: Service) -> None:
 
 
 async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it if the client goes away first (then raise CancelledError)."""
+    """Await `work`, cancelling it if the client goes away first (then raise ClientDisconnected)."""
     task = asyncio.ensure_future(work)
 
     async def disconnected() -> None:
@@ -155,9 +156,36 @@ async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        log.info("client disconnected from %s before its audio was ready", request.url.path)
-        raise asyncio.CancelledError
+        raise ClientDisconnected(f"client disconnected from {request.url.path} before its audio was ready")
     return task.result()
+
+
+class AccessLog:
+    """One log line per request with its status and time; the synthesis routes log their own, with audio timings.
+
+    Plain ASGI rather than BaseHTTPMiddleware, which would buffer streamed bodies and hide client disconnects.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/tts"):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            log.info("%s %s %d %.3fs", scope["method"], scope["path"], status, time.perf_counter() - started)
 
 
 def _bool_field(parts: dict[str, FormPart], name: str) -> bool:
@@ -206,19 +234,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="PolyTTS", lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(AccessLog)
 
     def svc(request: Request) -> Service:
         return request.app.state.service  # type: ignore[no-any-return]
-
-    @app.middleware("http")
-    async def access_log(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response: Response = await call_next(request)
-        if not request.url.path.startswith("/tts"):  # synthesis routes log their own line with audio timings
-            log.info(
-                "%s %s %d %.3fs", request.method, request.url.path, response.status_code, time.perf_counter() - started
-            )
-        return response
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:

@@ -323,9 +323,10 @@ def test_failed_engine_is_reported_not_fatal(tmp_path: Path) -> None:
             assert health["status"] == "failed"
             assert "models.assemble" in health["reason"]
             assert client.get("/ready").status_code == 503
-            response = client.post("/tts", json={"text": "hello"})
-            assert response.status_code == 503 and response.json()["code"] == "engine_failed"
-            assert "retry-after" in response.headers
+            for route in ("/tts", "/tts/stream"):
+                response = client.post(route, json={"text": "hello"})
+                assert response.status_code == 503 and response.json()["code"] == "engine_failed"
+                assert "retry-after" in response.headers
     finally:
         server.stop()
 
@@ -367,6 +368,23 @@ def test_busy_then_disconnect_frees_the_gpu_thread(tmp_path: Path, assembled_mod
         # The whole long text takes minutes on this CPU; it was dropped after about one chunk.
         assert elapsed < 45, elapsed
         assert "outcome=cancelled" in server.log()
+    finally:
+        server.stop()
+
+
+def test_a_tts_client_that_gives_up_stops_its_synthesis(tmp_path: Path, assembled_model: Path) -> None:
+    server = ServerProcess(tmp_path, POLYTTS_MAX_INFLIGHT="1").start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=2.0) as impatient:
+            with pytest.raises(httpx.ReadTimeout):
+                impatient.post("/tts", json={"text": LONG_TEXT, "language": "en"})
+        started = time.perf_counter()
+        with server.client() as client:
+            while client.get("/health").json()["inflight"]["running"] and time.perf_counter() - started < 30:
+                time.sleep(0.1)
+            assert client.post("/tts", json={"text": "Free again.", "language": "en"}).status_code == 200
+        assert time.perf_counter() - started < 30
+        assert "tts outcome=cancelled" in server.log()
     finally:
         server.stop()
 
