@@ -94,14 +94,14 @@ class ClientDisconnected(ServiceError):
 _STATUS_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 422: "invalid_input"}
 
 
-def error_response(exc: ServiceError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+def install_error_handlers(app: FastAPI, retry_after: float) -> None:
+    """Map every error onto its JSON answer; 429 and 503 always carry Retry-After (`retry_after` by default)."""
 
-
-def install_error_handlers(app: FastAPI) -> None:
     async def on_service_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
-        return error_response(exc)
+        if exc.status in (429, 503) and exc.retry_after is None:
+            exc.retry_after = retry_after
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

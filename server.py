@@ -81,7 +81,9 @@ def build_service(settings: Settings) -> Service:
                 engine.load()
             except Exception as exc:
                 states[engine.name] = EngineState("failed", str(exc))
-                raise
+                if isinstance(exc, EngineLoadError):
+                    raise
+                raise EngineLoadError(f"{engine.name} failed to load: {exc}") from exc
             if states[engine.name].status != "warming":  # the start-up warm-up declares itself ready
                 states[engine.name] = EngineState("ready")
             return engine
@@ -233,7 +235,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             service.gpu.stop()
 
     app = FastAPI(title="PolyTTS", lifespan=lifespan)
-    install_error_handlers(app)
+    install_error_handlers(app, settings.retry_after_seconds)
     app.add_middleware(AccessLog)
 
     def svc(request: Request) -> Service:

@@ -35,6 +35,7 @@ class EngineState:
 
     status: Literal["idle", "warming", "ready", "failed"] = "idle"
     reason: str | None = None
+    since: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,8 @@ class SynthesisService:
         retry = self.settings.retry_after_seconds
         if state.status == "warming":
             raise Unavailable(f"engine {name!r} is loading; retry shortly", code="warming", retry_after=retry)
-        if state.status == "failed":
+        # A failed engine answers 503 at once for a while, then the next request tries to load it again.
+        if state.status == "failed" and time.monotonic() - state.since < retry:
             raise Unavailable(f"engine {name!r} failed to load: {state.reason}", code="engine_failed", retry_after=retry)
         return engine
 
@@ -192,9 +194,12 @@ class SynthesisService:
                 yield pcm
             outcome = "ok"
             self.store(plan, b"".join(pieces))
-        except Exception:
+        except Exception as exc:
             outcome = "failed"
-            log.exception("synthesis failed mid-stream (engine=%s voice=%s)", plan.engine.name, plan.voice_key)
+            if timings.first_audio is None:  # still answerable with an error status
+                log.warning("synthesis failed before any audio (engine=%s): %s", plan.engine.name, exc)
+            else:
+                log.exception("synthesis failed mid-stream (engine=%s voice=%s)", plan.engine.name, plan.voice_key)
             raise
         finally:
             job.cancel()

@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from errors import Unavailable
 from registry import VoiceEntry
 from text import Language
 
 
-class EngineLoadError(Exception):
-    """The engine cannot load on this host; the message says why and what to do."""
+class EngineLoadError(Unavailable):
+    """The engine cannot load on this host; the message says why and what to do (a 503 when a request hits it)."""
+
+    code = "engine_failed"
 
 
 @dataclass(frozen=True)

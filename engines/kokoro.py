@@ -27,6 +27,7 @@ log = logging.getLogger("polytts.engines.kokoro")
 SAMPLE_RATE = 24_000
 MAX_TOKENS = 510
 PACK_SHAPE = (510, 1, 256)
+_MISSING = "missing"
 _LANGUAGE_OF_PREFIX = {
     "a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja", "p": "pt-br", "z": "zh",
 }  # fmt: skip
@@ -44,23 +45,30 @@ class KokoroOnnxEngine(Engine):
         self._vocab: dict[str, int] = {}
         self._packs: dict[str, np.ndarray] = {}
         self._g2p = G2P()
-        self._pack_names = self._read_pack_names()
+        self._pack_names: tuple[float, list[str]] = (0.0, [])
         self._checkpoint = self._read_checkpoint()
 
     def _read_pack_names(self) -> list[str]:
+        """Names in voices.npz, read again only when the file changes (it may be assembled after start)."""
         path = self.model_dir / "voices.npz"
-        if not path.is_file():
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
             return []
-        with np.load(path) as archive:
-            return sorted(archive.files)
+        if self._pack_names[0] != mtime:
+            with np.load(path) as archive:
+                self._pack_names = (mtime, sorted(archive.files))
+        return self._pack_names[1]
 
     def _read_checkpoint(self) -> str:
         sum_file = self.model_dir / SUM_FILE
-        digest = sum_file.read_text().strip()[:16] if sum_file.is_file() else "missing"
+        digest = sum_file.read_text().strip()[:16] if sum_file.is_file() else _MISSING
         return f"kokoro-82m-int8-onnx@{digest}"
 
     @property
     def checkpoint(self) -> str:
+        if self._checkpoint.endswith(_MISSING):  # assembled since: never key a cache entry by a missing model
+            self._checkpoint = self._read_checkpoint()
         return self._checkpoint
 
     @property
@@ -89,7 +97,6 @@ class KokoroOnnxEngine(Engine):
         self._vocab = json.loads((self.model_dir / "vocab.json").read_text(encoding="utf-8"))["vocab"]
         with np.load(self.model_dir / "voices.npz") as archive:
             self._packs = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
-        self._pack_names = sorted(self._packs)
         self._checkpoint = self._read_checkpoint()
         log.info("Kokoro ONNX loaded from %s in %.2fs (%d threads)", self.model_dir, time.perf_counter() - started, self.threads)
 
@@ -98,7 +105,8 @@ class KokoroOnnxEngine(Engine):
         self._packs = {}
 
     def builtin_voices(self) -> list[BuiltinVoice]:
-        return [BuiltinVoice(name, _LANGUAGE_OF_PREFIX.get(name[:1], "unknown"), self.name) for name in self._pack_names]
+        names = self._read_pack_names()
+        return [BuiltinVoice(name, _LANGUAGE_OF_PREFIX.get(name[:1], "unknown"), self.name) for name in names]
 
     def check_language(self, language: Language) -> None:
         if language.g2p not in ("espeak", "ja"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import socket
 import threading
 import time
@@ -315,8 +316,9 @@ def test_warming_then_ready(tmp_path: Path, assembled_model: Path) -> None:
         server.stop()
 
 
-def test_failed_engine_is_reported_not_fatal(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path, POLYTTS_KOKORO_ONNX_DIR=str(tmp_path / "missing-model")).start()
+def test_failed_engine_is_reported_not_fatal_and_retried(tmp_path: Path, assembled_model: Path) -> None:
+    model_dir = tmp_path / "model-assembled-later"
+    server = ServerProcess(tmp_path, POLYTTS_KOKORO_ONNX_DIR=str(model_dir), POLYTTS_RETRY_AFTER_SECONDS="1").start()
     try:
         with server.client() as client:
             health = client.get("/health").json()
@@ -326,7 +328,13 @@ def test_failed_engine_is_reported_not_fatal(tmp_path: Path) -> None:
             for route in ("/tts", "/tts/stream"):
                 response = client.post(route, json={"text": "hello"})
                 assert response.status_code == 503 and response.json()["code"] == "engine_failed"
-                assert "retry-after" in response.headers
+                assert response.headers["retry-after"] == "1"
+            # The operator repairs the model; after Retry-After the next request loads it.
+            shutil.copytree(assembled_model, model_dir)
+            time.sleep(1.1)
+            response = client.post("/tts", json={"text": "Recovered.", "language": "en"})
+            assert response.status_code == 200, response.text
+            assert client.get("/health").json()["status"] == "ready"
     finally:
         server.stop()
 
