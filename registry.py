@@ -22,11 +22,13 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import soundfile as sf
 
 from engines import FAMILIES, EngineFamily
+from engines.voicepacks import pack_id, read_pack
 from errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 
 log = logging.getLogger("polytts.registry")
@@ -37,6 +39,7 @@ MAX_REF_TEXT_CHARS = 2000
 
 _AUDIO_FILE = "voice.wav"
 _SEED_FILE = "seed.wav"
+_PACK_FILE = "voice_pack.npy"
 _META_FILE = "meta.json"
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
@@ -77,7 +80,7 @@ def check_voice_id(voice_id: str) -> str:
 
 @dataclass(frozen=True)
 class Registration:
-    """What `POST /voices` carries, already read into memory."""
+    """What `POST /voices` carries, already read into memory: a reference clip, or a voice pack for Kokoro."""
 
     audio: bytes = field(repr=False)
     engine: str
@@ -86,6 +89,8 @@ class Registration:
     seed_audio: bytes | None = field(default=None, repr=False)
     seed_text: str | None = None
     replace: bool = False
+    voice_pack: bytes | None = field(default=None, repr=False)
+    voice_pack_filename: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,16 @@ class VoiceEntry:
     """Duration of the reference clip."""
     sample_rate: int
     folder: Path
+    kind: Literal["clip", "pack"] = "clip"
+    """A reference clip to clone from, or a Kokoro style pack (`voice_pack.npy`)."""
 
     @property
     def audio_path(self) -> Path:
         return self.folder / _AUDIO_FILE
+
+    @property
+    def pack_path(self) -> Path | None:
+        return self.folder / _PACK_FILE if self.kind == "pack" else None
 
     @property
     def seed_path(self) -> Path | None:
@@ -123,6 +134,7 @@ class VoiceEntry:
             "created_at": self.created_at,
             "duration_s": self.duration_s,
             "sample_rate": self.sample_rate,
+            "kind": self.kind,
         }
 
 
@@ -178,6 +190,8 @@ class VoiceRegistry:
 
     def register(self, reg: Registration) -> tuple[VoiceEntry, bool]:
         """Validate everything in memory first, then write atomically. Returns (entry, created)."""
+        if reg.voice_pack is not None:
+            return self._register_pack(reg)
         self._check_engine(reg.engine)
         self._check_size("audio", reg.audio)
         if reg.seed_audio is not None:
@@ -228,7 +242,8 @@ class VoiceRegistry:
                 "duration_s": clip.duration_s,
                 "sample_rate": clip.sample_rate,
             }
-            replaced = self._install(voice_id, clip, seed, meta)
+            files = {_AUDIO_FILE: clip.wav, **({_SEED_FILE: seed.wav} if seed is not None else {})}
+            replaced = self._install(voice_id, files, meta)
             entry = VoiceEntry(
                 voice_id=voice_id,
                 engine=reg.engine,
@@ -243,6 +258,39 @@ class VoiceRegistry:
             )
             self._index = {**self._index, voice_id: entry}
         log.info("%s voice %s (engine %s)", "replaced" if replaced else "registered", voice_id, reg.engine)
+        return entry, True
+
+    def _register_pack(self, reg: Registration) -> tuple[VoiceEntry, bool]:
+        """A Kokoro style pack: validated without running any pickle, stored as a plain .npy, id from its values."""
+        assert reg.voice_pack is not None
+        family = self.families.get(reg.engine)
+        if family is None or not family.accepts_packs:
+            raise InvalidInput(
+                f"engine {reg.engine!r} takes no voice_pack; "
+                + ("it clones from an 'audio' clip" if family else f"known engines: {', '.join(sorted(self.families))}"),
+                code="engine_takes_no_pack" if family else "unknown_engine",
+            )
+        if reg.audio:
+            raise InvalidInput("give either an 'audio' clip or a 'voice_pack', not both", code="audio_and_pack")
+        self._check_size("voice_pack", reg.voice_pack)
+        pack = read_pack(reg.voice_pack, reg.voice_pack_filename)
+        voice_id = pack_id(pack)
+        buffer = io.BytesIO()
+        np.save(buffer, pack, allow_pickle=False)
+        with self._lock:
+            existing = self._index.get(voice_id)
+            if existing is not None:
+                return existing, False
+            if (self.root / voice_id).exists():
+                raise Conflict(
+                    f"a folder for voice {voice_id} exists but could not be loaded; remove it by hand",
+                    code="voice_exists",
+                )
+            meta = {"voice_id": voice_id, "engine": reg.engine, "kind": "pack", "created_at": time.time()}
+            self._install(voice_id, {_PACK_FILE: buffer.getvalue()}, meta)
+            entry = _pack_entry(self.root / voice_id, meta)
+            self._index = {**self._index, voice_id: entry}
+        log.info("registered voice pack %s (engine %s)", voice_id, reg.engine)
         return entry, True
 
     def delete(self, voice_id: str) -> VoiceEntry:
@@ -304,16 +352,15 @@ class VoiceRegistry:
 
     # -- atomic writes -------------------------------------------------------------------------------------------
 
-    def _install(self, voice_id: str, clip: _Clip, seed: _Clip | None, meta: dict[str, Any]) -> bool:
+    def _install(self, voice_id: str, files: Mapping[str, bytes], meta: dict[str, Any]) -> bool:
         """Write a complete folder beside the registry, then rename it in. Returns whether a voice was replaced."""
         dest = self.root / voice_id
         tmp = self.root / f"{_TMP_PREFIX}{voice_id}-{uuid.uuid4().hex}"
         trash: Path | None = None
         try:
             tmp.mkdir()
-            _write_bytes(tmp / _AUDIO_FILE, clip.wav)
-            if seed is not None:
-                _write_bytes(tmp / _SEED_FILE, seed.wav)
+            for name, data in files.items():
+                _write_bytes(tmp / name, data)
             _write_json(tmp / _META_FILE, meta)  # last: a folder with meta.json is a finished one
             _fsync_dir(tmp)
             if dest.exists():
@@ -374,10 +421,6 @@ def _load_entry(folder: Path) -> VoiceEntry | None:
     if not folder.is_dir():
         log.warning("skipping %s: not a folder", folder)
         return None
-    audio_path = folder / _AUDIO_FILE
-    if not audio_path.is_file():
-        log.warning("skipping voice folder %s: no %s", folder, _AUDIO_FILE)
-        return None
     try:
         meta = json.loads((folder / _META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -385,6 +428,15 @@ def _load_entry(folder: Path) -> VoiceEntry | None:
         return None
     if not isinstance(meta, dict) or not isinstance(meta.get("engine"), str) or not meta["engine"]:
         log.warning("skipping voice folder %s: %s names no engine", folder, _META_FILE)
+        return None
+    if meta.get("kind") == "pack":
+        if not (folder / _PACK_FILE).is_file():
+            log.warning("skipping voice folder %s: no %s", folder, _PACK_FILE)
+            return None
+        return _pack_entry(folder, meta)
+    audio_path = folder / _AUDIO_FILE
+    if not audio_path.is_file():
+        log.warning("skipping voice folder %s: no %s", folder, _AUDIO_FILE)
         return None
     try:
         if "duration_s" in meta and "sample_rate" in meta:
@@ -409,6 +461,22 @@ def _load_entry(folder: Path) -> VoiceEntry | None:
     except (OSError, RuntimeError, TypeError, ValueError) as exc:
         log.warning("skipping voice folder %s: %s", folder, exc)
         return None
+
+
+def _pack_entry(folder: Path, meta: Mapping[str, Any]) -> VoiceEntry:
+    return VoiceEntry(
+        voice_id=folder.name,
+        engine=str(meta["engine"]),
+        ref_text="",
+        x_vector_only_mode=False,
+        seed_text=None,
+        has_seed_audio=False,
+        created_at=float(meta.get("created_at", folder.stat().st_mtime)),
+        duration_s=0.0,
+        sample_rate=0,
+        folder=folder,
+        kind="pack",
+    )
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

@@ -97,8 +97,9 @@ class ModelManager:
             started = self._clock()
             try:
                 handle = slot.unit.loader()
-            except Exception:
-                log.exception("loading %s failed; it stays unloaded", name)
+            except Exception as exc:
+                # The caller reports the failure (with a traceback where it is unexpected).
+                log.warning("loading %s failed; it stays unloaded: %s", name, exc)
                 raise
             with self._lock:
                 now = self._clock()

@@ -28,12 +28,13 @@ from audio import pcm_to_wav
 from cache import WavCache
 from engines import FAMILIES
 from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
-from engines.kokoro import KokoroOnnxEngine
+from engines.kokoro import KokoroEngine
 from errors import ClientDisconnected, Conflict, InvalidInput, install_error_handlers
 from pcm_cache import PcmCache
 from protocol import TTSRequest, UnloadResult, VoiceCreated
 from registry import Registration, VoiceRegistry, check_voice_id
 from residency import ManagedUnit, ModelManager, ResidencyPolicy
+from runtime import RuntimeRefused, check_runtime
 from scheduler import GpuThread, Scheduler
 from settings import Settings, SettingsError, load_settings
 from synthesis import EngineState, Plan, SynthesisService, Timings
@@ -67,7 +68,14 @@ class Service:
 
 def build_engines(settings: Settings) -> dict[str, Engine]:
     caps = EngineCaps(first_chunk_chars=settings.first_chunk_chars, max_chunk_chars=settings.chunk_chars)
-    kokoro = KokoroOnnxEngine(settings.kokoro_onnx_path, threads=settings.onnx_threads, caps=caps)
+    kokoro = KokoroEngine(
+        backend=settings.kokoro_backend,
+        runtime=settings.runtime,
+        onnx_dir=settings.kokoro_onnx_path,
+        torch_model=settings.kokoro_model,
+        threads=settings.onnx_threads,
+        caps=caps,
+    )
     return {kokoro.name: kokoro}
 
 
@@ -84,7 +92,7 @@ def build_service(settings: Settings) -> Service:
                 if isinstance(exc, EngineLoadError):
                     raise
                 raise EngineLoadError(f"{engine.name} failed to load: {exc}") from exc
-            if states[engine.name].status != "warming":  # the start-up warm-up declares itself ready
+            if states[engine.name].status != "warming":  # a warm-up declares itself ready when it is done
                 states[engine.name] = EngineState("ready")
             return engine
 
@@ -118,20 +126,6 @@ def build_service(settings: Settings) -> Service:
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
     )
     return Service(settings, registry, engines, states, manager, gpu, scheduler, synthesis, time.time())
-
-
-async def _warm(service: Service) -> None:
-    name = service.settings.default_engine
-    started = time.perf_counter()
-    try:
-        engine = await service.gpu.run(service.manager.ensure, name)
-        await service.gpu.run(engine.warmup)
-    except Exception as exc:
-        service.states[name] = EngineState("failed", str(exc))
-        log.error("default engine %s failed to load: %s", name, exc, exc_info=not isinstance(exc, EngineLoadError))
-        return
-    service.states[name] = EngineState("ready")
-    log.info("default engine %s ready in %.2fs", name, time.perf_counter() - started)
 
 
 async def _evict_idle(service: Service) -> None:
@@ -224,8 +218,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tasks = [asyncio.create_task(_evict_idle(service))]
         if settings.warm_on_start:
             # Bind first, warm after: the port opens while the default engine loads on the GPU thread.
-            service.states[settings.default_engine] = EngineState("warming")
-            tasks.append(asyncio.create_task(_warm(service)))
+            service.synthesis.warm(settings.default_engine)
         log.info("serving %d voices from %s; engines: %s", len(service.registry), settings.voices_dir, ", ".join(service.engines))
         try:
             yield
@@ -290,15 +283,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         service = svc(request)
         parts = await read_form(request, file_limit=settings.max_upload_bytes)
         audio = parts.get("audio")
-        if audio is None or audio.filename is None:
-            raise InvalidInput("the form needs an 'audio' file", code="audio_required")
+        pack = parts.get("voice_pack")
+        if (audio is None or audio.filename is None) and (pack is None or pack.filename is None):
+            raise InvalidInput(
+                "the form needs an 'audio' file (or, for kokoro, a 'voice_pack' file)", code="audio_required"
+            )
         engine = parts.get("engine")
         if engine is None or not engine.text().strip():
             raise InvalidInput(f"the form needs an 'engine' (one of {', '.join(FAMILIES)})", code="engine_required")
         seed = parts.get("seed_audio")
         seed_text = parts.get("seed_text")
         registration = Registration(
-            audio=bytes(audio.data),
+            audio=bytes(audio.data) if audio is not None else b"",
+            voice_pack=bytes(pack.data) if pack is not None else None,
+            voice_pack_filename=(pack.filename or "") if pack is not None else "",
             engine=engine.text().strip(),
             ref_text=parts["ref_text"].text() if "ref_text" in parts else "",
             x_vector_only_mode=_bool_field(parts, "x_vector_only_mode"),
@@ -432,6 +430,11 @@ def main() -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    try:
+        check_runtime(settings.runtime, settings.allow_cpu)
+    except RuntimeRefused as exc:
+        log.error("%s", exc)
+        return 3
     sock = _bind(settings.host, settings.port)
     config = uvicorn.Config(
         create_app(settings), log_level=settings.log_level, access_log=False, timeout_graceful_shutdown=10

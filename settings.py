@@ -50,6 +50,20 @@ class Settings(BaseSettings):
     coload: bool = False
     """Allow more than one engine in device memory at a time (otherwise loading one evicts the others)."""
 
+    runtime: Literal["auto", "cuda", "mps", "cpu"] = "auto"
+    """Where models run. `cuda`/`mps` is a demand: the server refuses to start when torch cannot see that device
+    (unless POLYTTS_ALLOW_CPU). `auto` uses CUDA or MPS when torch sees one, else the CPU."""
+
+    allow_cpu: bool = False
+    """Start on the CPU even though POLYTTS_RUNTIME asked for a GPU that torch cannot see."""
+
+    kokoro_backend: Literal["auto", "torch", "onnx"] = "auto"
+    """Kokoro backend: `auto` takes PyTorch when CUDA or MPS is available, ONNX Runtime otherwise."""
+
+    kokoro_model: str = "hexgrad/Kokoro-82M"
+    """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
+    holding `config.json`, one `.pth` and `voices/*.pt`."""
+
     kokoro_onnx_dir: Path | None = None
     """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
     Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""

@@ -16,11 +16,13 @@ import numpy as np
 
 from audio import pcm_to_wav, to_pcm16, wav_to_pcm
 from cache import WavCache, synthesis_key
-from engines.base import BuiltinVoice, Engine, SynthesisOptions, VoiceRef
-from errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable
+from engines import FAMILIES
+from engines.base import BlendVoice, BuiltinVoice, Engine, SynthesisOptions, VoiceRef
+from engines.voicepacks import canonical_blend, is_blend, parse_blend
+from errors import InvalidInput, NotFound, PayloadTooLarge, ServiceError, Unavailable
 from pcm_cache import PcmCache
 from protocol import TTSRequest
-from registry import VOICE_ID_RE, VoiceRegistry
+from registry import VOICE_ID_RE, VoiceEntry, VoiceRegistry
 from residency import ModelManager
 from scheduler import Job, Scheduler
 from settings import Settings
@@ -101,18 +103,69 @@ class SynthesisService:
         self.scheduler = scheduler
         self.wav_cache = wav_cache
         self.pcm_cache = pcm_cache
+        self._warming: dict[str, asyncio.Task[None]] = {}
+
+    def warm(self, name: str) -> None:
+        """Load an engine (and run its warm-up) on the GPU thread; the engine answers 503 `warming` meanwhile."""
+        if name in self._warming:
+            return
+        self.states[name] = EngineState("warming")
+        task = asyncio.get_running_loop().create_task(self._warm(name))
+        self._warming[name] = task
+        task.add_done_callback(lambda _: self._warming.pop(name, None))
+
+    async def _warm(self, name: str) -> None:
+        started = time.perf_counter()
+        try:
+            engine = await self.scheduler.gpu.run(self.manager.ensure, name)
+            await self.scheduler.gpu.run(engine.warmup)
+        except Exception as exc:
+            self.states[name] = EngineState("failed", str(exc))
+            log.error("engine %s failed to load: %s", name, exc, exc_info=not isinstance(exc, ServiceError))
+            return
+        self.states[name] = EngineState("ready")
+        log.info("engine %s ready in %.2fs", name, time.perf_counter() - started)
 
     def builtin_voices(self) -> dict[str, BuiltinVoice]:
         return {v.name: v for engine in self.engines.values() for v in engine.builtin_voices()}
 
     def resolve_voice(self, voice_id: str | None) -> VoiceRef:
         name = voice_id or self.settings.default_voice
+        if is_blend(name):
+            return self.resolve_blend(name)
         builtin = self.builtin_voices().get(name)
         if builtin is not None:
             return builtin
         if not VOICE_ID_RE.match(name):
+            for engine_name, state in self.states.items():
+                # An engine that is loading or failed cannot list its packs yet: the name may be one of them.
+                if state.status in ("warming", "failed") and not self.engines[engine_name].builtin_voices():
+                    self.engine_for(engine_name)
             raise NotFound(f"no voice {name!r}: not a registered voice id nor a built-in voice", code="voice_not_found")
         return self.registry.get(name)
+
+    def resolve_blend(self, formula: str) -> BlendVoice:
+        """Resolve every part of `a(2)+b(1)` to a pack voice of one engine; a bad part is a 422 that names it."""
+        parts = parse_blend(formula)
+        voices: list[BuiltinVoice | VoiceEntry] = []
+        for index, part in enumerate(parts):
+            where = {"part": part.name, "index": index}
+            try:
+                voice = self.resolve_voice(part.name)
+            except ServiceError as exc:
+                raise InvalidInput(f"blend part {part.name!r}: {exc.message}", code="invalid_blend", detail=where) from exc
+            family = FAMILIES.get(voice.engine)
+            blendable = family is not None and family.accepts_packs
+            if not blendable or (isinstance(voice, VoiceEntry) and voice.kind != "pack"):
+                raise InvalidInput(
+                    f"blend part {part.name!r} is a {voice.engine} voice cloned from a clip; only style packs blend",
+                    code="invalid_blend",
+                    detail=where,
+                )
+            if voices and voice.engine != voices[0].engine:
+                raise InvalidInput(f"blend part {part.name!r} belongs to another engine", code="invalid_blend", detail=where)
+            voices.append(voice)  # type: ignore[arg-type]
+        return BlendVoice(canonical_blend(parts), voices[0].engine, tuple(zip(voices, (p.weight for p in parts))))
 
     def engine_for(self, name: str) -> Engine:
         engine = self.engines.get(name)
@@ -125,8 +178,11 @@ class SynthesisService:
         retry = self.settings.retry_after_seconds
         if state.status == "warming":
             raise Unavailable(f"engine {name!r} is loading; retry shortly", code="warming", retry_after=retry)
-        # A failed engine answers 503 at once for a while, then the next request tries to load it again.
-        if state.status == "failed" and time.monotonic() - state.since < retry:
+        if state.status == "failed":
+            # A failed engine answers 503 for Retry-After seconds; the first request after that starts a new load.
+            if time.monotonic() - state.since >= retry:
+                self.warm(name)
+                raise Unavailable(f"engine {name!r} is loading again; retry shortly", code="warming", retry_after=retry)
             raise Unavailable(f"engine {name!r} failed to load: {state.reason}", code="engine_failed", retry_after=retry)
         return engine
 
@@ -145,10 +201,10 @@ class SynthesisService:
         language = resolve_language(request.language)
         engine.check_language(language)
         options = SynthesisOptions(language=language, speed=round(request.speed, 3))
-        voice_key = voice.name if isinstance(voice, BuiltinVoice) else voice.voice_id
+        voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
         chunks = chunk_text(text, engine.caps.first_chunk_chars, engine.caps.max_chunk_chars)
         # A registered voice replaced under the same id must not hit audio cached for its old transcript.
-        cache_voice = voice_key if isinstance(voice, BuiltinVoice) else f"{voice_key}@{voice.created_at}"
+        cache_voice = f"{voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else voice_key
         key = synthesis_key(
             text=text, voice_id=cache_voice, engine=engine.name, checkpoint=engine.checkpoint, params=options.cache_params()
         )

@@ -18,7 +18,7 @@ class Language:
     """Canonical code, also the espeak-ng voice for espeak languages."""
     name: str
     g2p: str
-    """Which grapheme-to-phoneme route speaks it: "espeak" or "ja"."""
+    """Which grapheme-to-phoneme route speaks it: "espeak", "ja" or "zh"."""
     module: str = ""
     """Python module the G2P route needs beyond the base install ("" when none)."""
     package: str = ""
@@ -42,6 +42,10 @@ _LANGUAGES = (
     (
         Language("ja", "Japanese", "ja", module="pyopenjtalk", package="pyopenjtalk-plus"),
         ("ja", "ja-jp", "jp", "japanese", "日本語", "j"),
+    ),
+    (
+        Language("zh", "Mandarin Chinese", "zh", module="jieba", package="'misaki[zh]'"),
+        ("zh", "zh-cn", "cmn", "chinese", "mandarin", "mandarin chinese", "中文", "z"),
     ),
 )
 LANGUAGES: dict[str, Language] = {alias: lang for lang, aliases in _LANGUAGES for alias in aliases}

@@ -15,13 +15,19 @@ class EngineFamily:
     """Whether a voice can be registered from a reference clip."""
     accepts_instead: str = ""
     """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
+    accepts_packs: bool = False
+    """Whether a voice can be registered from an uploaded style pack (`voice_pack`)."""
 
 
 FAMILIES: dict[str, EngineFamily] = {
     "kokoro": EngineFamily(
         "kokoro",
         clones_from_clip=False,
-        accepts_instead="a built-in Kokoro voice pack by name (listed by GET /voices, e.g. 'jf_alpha')",
+        accepts_instead=(
+            "a built-in voice pack by name (listed by GET /voices, e.g. 'jf_alpha'), a blend such as "
+            "'af_bella(2)+af_sky(1)', or an uploaded 'voice_pack' file (.pt, .npy, .npz or .safetensors)"
+        ),
+        accepts_packs=True,
     ),
     "voxcpm": EngineFamily("voxcpm", clones_from_clip=True),
     "qwen": EngineFamily("qwen", clones_from_clip=True),

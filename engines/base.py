@@ -56,8 +56,18 @@ class SynthesisOptions:
         return {"language": self.language.code, "speed": self.speed, **self.extra}
 
 
-VoiceRef = BuiltinVoice | VoiceEntry
-"""A voice a request resolved to: a built-in pack by name or a registered voice."""
+@dataclass(frozen=True)
+class BlendVoice:
+    """A weighted mix of voices of one engine, e.g. `af_bella(2)+af_sky(1)`; weights sum to 1."""
+
+    name: str
+    """The canonical spelling of the formula."""
+    engine: str
+    parts: tuple[tuple[BuiltinVoice | VoiceEntry, float], ...]
+
+
+VoiceRef = BuiltinVoice | VoiceEntry | BlendVoice
+"""A voice a request resolved to: a built-in pack by name, a registered voice, or a blend."""
 
 
 class Engine(ABC):

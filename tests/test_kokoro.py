@@ -1,4 +1,4 @@
-"""The Kokoro ONNX engine on the real int8 model (assembled from PyPI), without the server around it."""
+"""The Kokoro engine on its ONNX backend and the real int8 model (assembled from PyPI), without the server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
-from engines.kokoro import MAX_TOKENS, KokoroOnnxEngine
+from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
 from errors import InvalidInput
 from registry import VoiceEntry
 from text import resolve_language
@@ -18,57 +18,62 @@ CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)
 ENGLISH = SynthesisOptions(language=resolve_language("en"))
 
 
+def onnx_engine(model_dir: Path) -> KokoroEngine:
+    return KokoroEngine(backend="onnx", runtime="cpu", onnx_dir=model_dir, torch_model="", threads=2, caps=CAPS)
+
+
 @pytest.fixture(scope="module")
-def engine(assembled_model: Path) -> Iterator[KokoroOnnxEngine]:
-    kokoro = KokoroOnnxEngine(assembled_model, threads=2, caps=CAPS)
+def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
+    kokoro = onnx_engine(assembled_model)
     kokoro.load()
     yield kokoro
     kokoro.unload()
 
 
-def speak(engine: KokoroOnnxEngine, text: str, options: SynthesisOptions = ENGLISH) -> np.ndarray:
+def speak(engine: KokoroEngine, text: str, options: SynthesisOptions = ENGLISH) -> np.ndarray:
     handle = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
     return np.concatenate(list(engine.stream(text, handle, options)))
 
 
 def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
-    fresh = KokoroOnnxEngine(assembled_model, caps=CAPS)
+    fresh = onnx_engine(assembled_model)
     names = {v.name: v.language for v in fresh.builtin_voices()}
     assert names == {"jf_alpha": "ja", "jf_gongitsune": "ja", "jf_nezumi": "ja", "jf_tebukuro": "ja", "jm_kumo": "ja"}
     assert not fresh.loaded
     assert fresh.checkpoint == "kokoro-82m-int8-onnx@6e742170d309016e"
 
 
-def test_english_speech_at_24khz(engine: KokoroOnnxEngine) -> None:
+def test_english_speech_at_24khz(engine: KokoroEngine) -> None:
     audio = speak(engine, "Hello from the embedded model.")
     assert audio.dtype == np.float32 and engine.sample_rate == 24_000
     assert 1.0 < len(audio) / 24_000 < 6.0
     assert 0.05 < np.abs(audio).max() <= 1.0
 
 
-def test_speed_changes_duration(engine: KokoroOnnxEngine) -> None:
+def test_speed_changes_duration(engine: KokoroEngine) -> None:
     text = "Speed changes how long this takes."
     slow = speak(engine, text, SynthesisOptions(language=ENGLISH.language, speed=0.8))
     fast = speak(engine, text, SynthesisOptions(language=ENGLISH.language, speed=1.6))
     assert len(fast) < 0.75 * len(slow)
 
 
-def test_phonemes_over_the_model_limit_are_windowed_at_spaces(engine: KokoroOnnxEngine) -> None:
+def test_phonemes_over_the_model_limit_are_windowed_at_spaces(engine: KokoroEngine) -> None:
     phonemes = " ".join(["hˈɛloʊ"] * 150)  # about 1,050 phonemes
     windows = list(engine._token_windows(phonemes))
     assert len(windows) == 3 and all(len(w) <= MAX_TOKENS for w in windows)
-    space = engine._vocab[" "]
+    vocab = engine.backend.vocab  # type: ignore[union-attr]
+    space = vocab[" "]
     assert all(w[-1] == space for w in windows[:-1])  # cut after a word, never inside one
-    assert sum(map(len, windows)) == len([p for p in phonemes if p in engine._vocab])
+    assert sum(map(len, windows)) == len([p for p in phonemes if p in vocab])
 
 
-def test_other_espeak_languages_speak(engine: KokoroOnnxEngine) -> None:
+def test_other_espeak_languages_speak(engine: KokoroEngine) -> None:
     for code, text in (("es", "Hola, buenos días."), ("fr", "Bonjour à tous."), ("en-gb", "Good afternoon.")):
         audio = speak(engine, text, SynthesisOptions(language=resolve_language(code)))
         assert len(audio) > 12_000, code
 
 
-def test_voice_errors(engine: KokoroOnnxEngine, tmp_path: Path) -> None:
+def test_voice_errors(engine: KokoroEngine, tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as err:
         engine.prepare_voice(BuiltinVoice("af_nobody", "en-us", "kokoro"))
     assert err.value.code == "voice_not_found"
@@ -79,7 +84,7 @@ def test_voice_errors(engine: KokoroOnnxEngine, tmp_path: Path) -> None:
 
 
 def test_unload_and_reload(assembled_model: Path) -> None:
-    kokoro = KokoroOnnxEngine(assembled_model, caps=CAPS)
+    kokoro = onnx_engine(assembled_model)
     kokoro.load()
     assert kokoro.loaded and kokoro.describe()["loaded"] is True
     kokoro.unload()
@@ -90,4 +95,24 @@ def test_unload_and_reload(assembled_model: Path) -> None:
 
 def test_missing_model_is_a_clear_load_error(tmp_path: Path) -> None:
     with pytest.raises(EngineLoadError, match="python -m models.assemble"):
-        KokoroOnnxEngine(tmp_path, caps=CAPS).load()
+        onnx_engine(tmp_path).load()
+
+
+def test_backend_choice() -> None:
+    assert choose_backend("onnx", "cuda") == "onnx"
+    assert choose_backend("torch", None) == "torch"
+    assert choose_backend("auto", "cuda") == "torch"
+    assert choose_backend("auto", "mps") == "torch"
+    assert choose_backend("auto", None) == "onnx"
+
+
+def test_describe_names_backend_checkpoint_and_g2p(engine: KokoroEngine) -> None:
+    described = engine.describe()
+    assert described["backend"] == "onnx" and described["device"] == "cpu"
+    assert described["checkpoint"] == "kokoro-82m-int8-onnx@6e742170d309016e"
+    assert described["g2p"]["english"] == "espeak"  # no spaCy model here
+
+
+def test_chinese_speaks_through_misaki(engine: KokoroEngine) -> None:
+    audio = speak(engine, "你好，世界。", SynthesisOptions(language=resolve_language("zh")))
+    assert len(audio) > 12_000

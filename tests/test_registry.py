@@ -133,7 +133,7 @@ def test_register_with_seed(reg: VoiceRegistry) -> None:
     public = entry.public()
     assert set(public) == {
         "voice_id", "engine", "ref_text", "x_vector_only_mode", "seed_text",
-        "has_seed_audio", "created_at", "duration_s", "sample_rate",
+        "has_seed_audio", "created_at", "duration_s", "sample_rate", "kind",
     }  # fmt: skip
     json.dumps(public)
 
@@ -436,3 +436,57 @@ def test_delete_is_not_undone_by_a_restart(reg: VoiceRegistry, root: Path) -> No
     entry, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
     reg.delete(entry.voice_id)
     assert len(VoiceRegistry(root)) == 0
+
+
+# --- Kokoro voice packs ---------------------------------------------------------------------------------------
+
+
+def _pack_bytes(pack: np.ndarray, suffix: str) -> bytes:
+    buffer = io.BytesIO()
+    if suffix == ".npy":
+        np.save(buffer, pack)
+    else:
+        np.savez(buffer, voice=pack)
+    return buffer.getvalue()
+
+
+def test_register_a_voice_pack(reg: VoiceRegistry, root: Path) -> None:
+    from engines.voicepacks import pack_id
+
+    pack = np.random.default_rng(1).standard_normal((510, 1, 256)).astype(np.float32)
+    entry, created = reg.register(
+        Registration(audio=b"", engine="kokoro", voice_pack=_pack_bytes(pack, ".npy"), voice_pack_filename="v.npy")
+    )
+    assert created and entry.kind == "pack" and entry.voice_id == pack_id(pack)
+    assert entry.pack_path is not None and np.array_equal(np.load(entry.pack_path), pack)
+    assert sorted(os.listdir(root / entry.voice_id)) == ["meta.json", "voice_pack.npy"]
+    # The same tensor in another format is the same voice: nothing is written again.
+    again, created = reg.register(
+        Registration(audio=b"", engine="kokoro", voice_pack=_pack_bytes(pack, ".npz"), voice_pack_filename="v.npz")
+    )
+    assert not created and again.voice_id == entry.voice_id
+    reloaded = VoiceRegistry(root).get(entry.voice_id)
+    assert reloaded.kind == "pack" and reloaded.engine == "kokoro" and reloaded.pack_path == entry.pack_path
+
+
+@pytest.mark.parametrize(
+    ("registration", "code"),
+    [
+        (Registration(audio=b"", engine="voxcpm", voice_pack=b"x", voice_pack_filename="v.npy"), "engine_takes_no_pack"),
+        (Registration(audio=b"", engine="nope", voice_pack=b"x", voice_pack_filename="v.npy"), "unknown_engine"),
+        (Registration(audio=b"RIFF", engine="kokoro", voice_pack=b"x", voice_pack_filename="v.npy"), "audio_and_pack"),
+        (
+            Registration(
+                audio=b"", engine="kokoro", voice_pack=_pack_bytes(np.zeros((510, 256), np.float32), ".npy"),
+                voice_pack_filename="v.npy",
+            ),
+            "pack_shape",
+        ),
+        (Registration(audio=b"", engine="kokoro", voice_pack=b"junk", voice_pack_filename="v.wav"), "pack_format"),
+    ],
+)  # fmt: skip
+def test_voice_pack_refusals_leave_nothing(reg: VoiceRegistry, root: Path, registration: Registration, code: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        reg.register(registration)
+    assert err.value.code == code
+    assert os.listdir(root) == []

@@ -332,9 +332,13 @@ def test_failed_engine_is_reported_not_fatal_and_retried(tmp_path: Path, assembl
             # The operator repairs the model; after Retry-After the next request loads it.
             shutil.copytree(assembled_model, model_dir)
             time.sleep(1.1)
+            retrying = client.post("/tts", json={"text": "Recovered.", "language": "en"})
+            assert retrying.status_code == 503 and retrying.json()["code"] == "warming"
+            deadline = time.monotonic() + 60
+            while client.get("/health").json()["status"] != "ready" and time.monotonic() < deadline:
+                time.sleep(0.2)
             response = client.post("/tts", json={"text": "Recovered.", "language": "en"})
             assert response.status_code == 200, response.text
-            assert client.get("/health").json()["status"] == "ready"
     finally:
         server.stop()
 

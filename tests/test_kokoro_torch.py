@@ -1,0 +1,107 @@
+"""The Kokoro engine on its PyTorch backend: hexgrad's KModel on a small random model built at test time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TINY_KOKORO_VOICES
+from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
+from engines.kokoro import KokoroEngine
+from engines.kokoro_torch import hub_reachable, resolve_model_folder
+from errors import InvalidInput
+from text import chunk_text, resolve_language
+
+CAPS = EngineCaps(first_chunk_chars=40, max_chunk_chars=120)
+ENGLISH = SynthesisOptions(language=resolve_language("en"))
+
+
+def torch_engine(model: str) -> KokoroEngine:
+    return KokoroEngine(backend="torch", runtime="cpu", onnx_dir=Path("unused"), torch_model=model, caps=CAPS)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_kokoro: Path) -> Iterator[KokoroEngine]:
+    kokoro = torch_engine(str(tiny_kokoro))
+    kokoro.load()
+    yield kokoro
+    kokoro.unload()
+
+
+def test_loads_through_kmodel_and_lists_its_packs(engine: KokoroEngine, tiny_kokoro: Path) -> None:
+    described = engine.describe()
+    assert described["backend"] == "torch" and described["device"] == "cpu" and described["loaded"] is True
+    assert str(described["checkpoint"]).startswith(f"kokoro-torch:{tiny_kokoro}@")
+    assert described["memory"]["weights_bytes"] > 100_000_000  # type: ignore[index]
+    assert [v.name for v in engine.builtin_voices()] == list(TINY_KOKORO_VOICES)
+    assert {v.language for v in engine.builtin_voices()} == {"en-us", "en-gb"}
+
+
+def test_chunked_streaming_yields_audio_per_chunk(engine: KokoroEngine) -> None:
+    handle = engine.prepare_voice(BuiltinVoice("af_tiny", "en-us", "kokoro"))
+    assert handle.shape == (510, 1, 256)
+    text = "The first chunk is short. Then a longer one follows, with several words in it. And a third."
+    pieces = [piece for chunk in chunk_text(text, 40, 120) for piece in engine.stream(chunk, handle, ENGLISH)]
+    assert len(pieces) >= 2
+    assert all(p.dtype == np.float32 and p.ndim == 1 and len(p) > 1000 for p in pieces)
+    assert all(np.isfinite(p).all() for p in pieces)
+
+
+def test_prepared_voices_and_blends_are_resolved_once(engine: KokoroEngine) -> None:
+    a, b = (BuiltinVoice(n, "en-us", "kokoro") for n in ("af_tiny", "am_tiny"))
+    blend = BlendVoice("af_tiny(0.75)+am_tiny(0.25)", "kokoro", ((a, 0.75), (b, 0.25)))
+    mixed = engine.prepare_voice(blend)
+    expected = 0.75 * engine.prepare_voice(a) + 0.25 * engine.prepare_voice(b)
+    assert np.allclose(mixed, expected, atol=1e-6)
+    assert engine.prepare_voice(blend) is mixed
+    assert len(np.concatenate(list(engine.stream("Blended.", mixed, ENGLISH)))) > 1000
+
+
+def test_unknown_pack(engine: KokoroEngine) -> None:
+    with pytest.raises(InvalidInput) as err:
+        engine.prepare_voice(BuiltinVoice("zz_nobody", "en-us", "kokoro"))
+    assert err.value.code == "voice_not_found"
+
+
+def test_unload_drops_the_model_and_reload_works(tiny_kokoro: Path) -> None:
+    kokoro = torch_engine(str(tiny_kokoro))
+    kokoro.load()
+    handle = kokoro.prepare_voice(BuiltinVoice("bf_tiny", "en-gb", "kokoro"))
+    kokoro.unload()
+    assert not kokoro.loaded and kokoro.describe()["memory"] == {"weights_bytes": 0}
+    kokoro.load()
+    audio = np.concatenate(list(kokoro.stream("Again.", handle, SynthesisOptions(language=resolve_language("en-gb")))))
+    assert len(audio) > 1000
+
+
+def test_offline_hub_id_fails_fast_with_a_clear_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hub"))  # an empty hub cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
+    with pytest.raises(EngineLoadError) as err:
+        torch_engine("hexgrad/Kokoro-82M").load()
+    assert time.monotonic() - started < 10
+    assert err.value.status == 503 and err.value.code == "engine_failed"
+    assert "POLYTTS_KOKORO_MODEL" in err.value.message and "offline" in err.value.message
+
+
+def test_unreachable_hub_is_detected_without_a_long_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")  # .invalid never resolves
+    started = time.monotonic()
+    assert hub_reachable(timeout=2.0) is False
+    assert time.monotonic() - started < 3
+
+
+def test_missing_local_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(EngineLoadError, match="does not exist"):
+        resolve_model_folder(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EngineLoadError, match="config.json and exactly one .pth"):
+        torch_engine(str(tmp_path / "empty")).load()

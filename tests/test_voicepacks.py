@@ -1,0 +1,337 @@
+"""Voice packs: every upload format read from real bytes, every refusal with its code, pickles refused unrun, blends."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import pathlib
+import pickle
+import struct
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import safetensors.torch
+import torch
+
+from engines.voicepacks import (
+    PACK_SHAPE,
+    BlendPart,
+    canonical_blend,
+    is_blend,
+    mix,
+    pack_id,
+    parse_blend,
+    read_pack,
+)
+from errors import InvalidInput
+
+
+def random_pack(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(PACK_SHAPE).astype(np.float32)
+
+
+def as_pt(value: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def as_npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+def as_npz(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def as_safetensors(array: np.ndarray) -> bytes:
+    return safetensors.numpy.save({"voice": array})
+
+
+def handmade_safetensors(header: dict[str, object], buffer: bytes) -> bytes:
+    encoded = json.dumps(header).encode()
+    return struct.pack("<Q", len(encoded)) + encoded + buffer
+
+
+SERIALISERS: dict[str, Callable[[np.ndarray], bytes]] = {
+    "pack.pt": lambda a: as_pt(torch.from_numpy(a)),
+    "pack.npy": as_npy,
+    "pack.npz": lambda a: as_npz(voice=a),
+    "pack.safetensors": as_safetensors,
+}
+
+
+def refused(data: bytes, filename: str) -> InvalidInput:
+    with pytest.raises(InvalidInput) as caught:
+        read_pack(data, filename)
+    assert caught.value.status == 422
+    return caught.value
+
+
+# --- formats ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("filename", list(SERIALISERS))
+def test_each_format_round_trips(filename: str) -> None:
+    pack = random_pack()
+    read = read_pack(SERIALISERS[filename](pack), filename)
+    assert read.dtype == np.float32 and read.shape == PACK_SHAPE and read.flags.c_contiguous
+    np.testing.assert_array_equal(read, pack)
+
+
+def test_suffix_is_case_insensitive_and_pt_dict_of_one_tensor_is_accepted() -> None:
+    pack = random_pack()
+    np.testing.assert_array_equal(read_pack(as_npy(pack), "Voice.NPY"), pack)
+    np.testing.assert_array_equal(read_pack(as_pt({"voice": torch.from_numpy(pack)}), "v.pt"), pack)
+
+
+def test_safetensors_half_precisions_are_widened() -> None:
+    pack = random_pack()
+    f16 = read_pack(as_safetensors(pack.astype(np.float16)), "v.safetensors")
+    bf16 = read_pack(safetensors.torch.save({"voice": torch.from_numpy(pack).bfloat16()}), "v.safetensors")
+    assert f16.dtype == bf16.dtype == np.float32
+    np.testing.assert_allclose(f16, pack, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(bf16, pack, rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(bf16, torch.from_numpy(pack).bfloat16().float().numpy())
+
+
+def test_float64_and_big_endian_are_converted() -> None:
+    pack = random_pack()
+    np.testing.assert_array_equal(read_pack(as_npy(pack.astype(np.float64)), "v.npy"), pack)
+    np.testing.assert_array_equal(read_pack(as_npy(pack.astype(">f4")), "v.npy"), pack)
+
+
+def test_pack_id_is_the_same_for_every_format_and_differs_per_tensor() -> None:
+    pack = random_pack()
+    ids = {pack_id(read_pack(serialise(pack), filename)) for filename, serialise in SERIALISERS.items()}
+    assert len(ids) == 1
+    assert pack_id(random_pack(1)) not in ids
+    (only,) = ids
+    assert len(only) == 16 and int(only, 16) >= 0
+
+
+def test_pack_id_is_pinned() -> None:
+    zeros = np.zeros(PACK_SHAPE, np.float32)
+    expected = hashlib.sha256(b"\x00" * (510 * 256 * 4) + b"|kokoro-pack").hexdigest()[:16]
+    assert pack_id(zeros) == expected
+
+
+# --- refusals --------------------------------------------------------------------------------------------------
+
+
+def test_unknown_suffix() -> None:
+    error = refused(as_npy(random_pack()), "pack.bin")
+    assert error.code == "pack_format"
+    for suffix in (".pt", ".npy", ".npz", ".safetensors"):
+        assert suffix in error.message
+
+
+@pytest.mark.parametrize("filename", list(SERIALISERS))
+@pytest.mark.parametrize("shape", [(510, 256), (511, 1, 256), (510, 1, 255)])
+def test_wrong_shape(filename: str, shape: tuple[int, ...]) -> None:
+    error = refused(SERIALISERS[filename](np.zeros(shape, np.float32)), filename)
+    assert error.code == "pack_shape"
+    assert str(shape) in error.message and str(PACK_SHAPE) in error.message
+    assert error.detail == {"found": list(shape), "expected": list(PACK_SHAPE)}
+
+
+def test_integer_dtypes() -> None:
+    ints = np.zeros(PACK_SHAPE, np.int32)
+    error = refused(as_npy(ints), "v.npy")
+    assert error.code == "pack_dtype" and "int32" in error.message
+    error = refused(as_safetensors(ints.astype(np.int64)), "v.safetensors")
+    assert error.code == "pack_dtype" and "I64" in error.message
+    error = refused(as_pt(torch.zeros(PACK_SHAPE, dtype=torch.int64)), "v.pt")
+    assert error.code == "pack_dtype" and "int64" in error.message
+    error = refused(as_npz(voice=ints.astype(bool)), "v.npz")
+    assert error.code == "pack_dtype" and "bool" in error.message
+
+
+@pytest.mark.parametrize("filename", list(SERIALISERS))
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nonfinite_values(filename: str, bad: float) -> None:
+    pack = random_pack()
+    pack[3, 0, 7] = bad
+    error = refused(SERIALISERS[filename](pack), filename)
+    assert error.code == "pack_values" and error.detail == {"nonfinite": 1}
+
+
+def test_float64_overflowing_float32_is_refused() -> None:
+    pack = random_pack().astype(np.float64)
+    pack[0, 0, 0] = 1e300
+    assert refused(as_npy(pack), "v.npy").code == "pack_values"
+
+
+def test_containers_must_hold_one_tensor() -> None:
+    pack = random_pack()
+    assert refused(as_npz(a=pack, b=pack), "v.npz").code == "pack_contents"
+    assert refused(as_npz(), "v.npz").code == "pack_contents"
+    assert refused(safetensors.numpy.save({"a": pack, "b": pack}), "v.safetensors").code == "pack_contents"
+    two = {"a": torch.from_numpy(pack), "b": torch.from_numpy(pack)}
+    assert refused(as_pt(two), "v.pt").code == "pack_contents"
+    assert refused(as_pt([torch.from_numpy(pack)]), "v.pt").code == "pack_contents"
+
+
+@pytest.mark.parametrize("filename", list(SERIALISERS))
+def test_truncated_and_garbage_bytes(filename: str) -> None:
+    whole = SERIALISERS[filename](random_pack())
+    for data in (whole[: len(whole) // 2], whole[:20], b"", b"definitely not a voice pack " * 10):
+        assert refused(data, filename).code in ("pack_unreadable", "pack_unsafe")
+    assert refused(b"definitely not a voice pack " * 10, filename).code == "pack_unreadable"
+
+
+def test_safetensors_header_length_beyond_the_file() -> None:
+    whole = as_safetensors(random_pack())
+    error = refused(struct.pack("<Q", len(whole)) + whole[8:], "v.safetensors")
+    assert error.code == "pack_unreadable"
+    assert refused(struct.pack("<Q", 2**63) + whole[8:], "v.safetensors").code == "pack_unreadable"
+
+
+def test_safetensors_data_offsets_outside_the_buffer() -> None:
+    size = math.prod(PACK_SHAPE) * 4
+    buffer = random_pack().tobytes()
+
+    def entry(begin: int, end: int) -> dict[str, object]:
+        return {"voice": {"dtype": "F32", "shape": list(PACK_SHAPE), "data_offsets": [begin, end]}}
+
+    np.testing.assert_array_equal(
+        read_pack(handmade_safetensors({"__metadata__": {"k": "v"}, **entry(0, size)}, buffer), "v.safetensors"),
+        np.frombuffer(buffer, np.float32).reshape(PACK_SHAPE),
+    )
+    for begin, end in [(4, size + 4), (0, size + 4), (size, 0), (0, size - 4)]:
+        assert refused(handmade_safetensors(entry(begin, end), buffer), "v.safetensors").code == "pack_unreadable"
+
+
+def test_safetensors_malformed_header() -> None:
+    assert refused(struct.pack("<Q", 5) + b"{nope", "v.safetensors").code == "pack_unreadable"
+    assert refused(handmade_safetensors({"voice": {"dtype": "F32"}}, b""), "v.safetensors").code == "pack_unreadable"
+    assert refused(handmade_safetensors({"__metadata__": {}}, b""), "v.safetensors").code == "pack_contents"
+
+
+# --- pickles are refused unrun ---------------------------------------------------------------------------------
+
+
+class Trap:
+    """Unpickling one creates the marker file: proof that pickled code ran."""
+
+    def __init__(self, marker: pathlib.Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def trap_array(marker: pathlib.Path) -> np.ndarray:
+    array = np.empty(1, dtype=object)
+    array[0] = Trap(marker)
+    return array
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # torch notes the raw pickle's protocol
+@pytest.mark.parametrize(
+    ("filename", "payload"),
+    [
+        ("v.pt", lambda m: as_pt(Trap(m))),
+        ("v.pt", lambda m: as_pt({"voice": Trap(m)})),
+        ("v.pt", lambda m: pickle.dumps(Trap(m))),
+        ("v.npy", lambda m: as_npy(trap_array(m), allow_pickle=True)),
+        ("v.npy", lambda m: pickle.dumps(Trap(m))),
+        ("v.npz", lambda m: as_npz(voice=trap_array(m))),
+    ],
+)
+def test_pickled_code_is_refused_without_running(
+    tmp_path: pathlib.Path, filename: str, payload: Callable[[pathlib.Path], bytes]
+) -> None:
+    marker = tmp_path / "pwned"
+    data = payload(marker)
+    assert not marker.exists()
+    error = refused(data, filename)
+    assert error.code == "pack_unsafe" and "refused without running it" in error.message
+    assert not marker.exists()
+
+
+# --- blends ----------------------------------------------------------------------------------------------------
+
+
+def weights(formula: str) -> list[tuple[str, float]]:
+    return [(p.name, p.weight) for p in parse_blend(formula)]
+
+
+def test_parse_blend() -> None:
+    assert weights("af_bella(2)+af_sky(1)") == [("af_bella", pytest.approx(2 / 3)), ("af_sky", pytest.approx(1 / 3))]
+    assert weights("a+b") == [("a", 0.5), ("b", 0.5)]
+    assert weights(" a (1) + b (3) ") == [("a", 0.25), ("b", 0.75)]
+    assert weights("a(2)") == [("a", 1.0)]
+    assert weights("a(0.5)+b(1e-1)+c") == [
+        ("a", pytest.approx(0.5 / 1.6)),
+        ("b", pytest.approx(0.1 / 1.6)),
+        ("c", pytest.approx(1 / 1.6)),
+    ]
+    assert weights("x.y-1(1e+1)+z_2(10)") == [("x.y-1", 0.5), ("z_2", 0.5)]
+    assert weights("a(1e300)+b(1e300)") == [("a", 0.5), ("b", 0.5)]
+    assert sum(p.weight for p in parse_blend("+".join(f"v{i}({i + 1})" for i in range(8)))) == pytest.approx(1)
+
+
+@pytest.mark.parametrize(
+    ("formula", "part", "index"),
+    [
+        ("", "", 0),
+        ("   ", "", 0),
+        ("a++b", "", 1),
+        ("+a", "", 0),
+        ("a+", "", 1),
+        ("a+b c", "b c", 1),
+        ("a+" + "n" * 65, "n" * 65, 1),
+        ("a+b/c", "b/c", 1),
+        ("a(x)", "a(x)", 0),
+        ("a(2", "a(2", 0),
+        ("a()", "a()", 0),
+        ("a(2)b", "a(2)b", 0),
+        ("b+a(2))", "a(2))", 1),
+        ("a((2))", "a((2))", 0),
+        ("(2)", "(2)", 0),
+        ("a(inf)", "a(inf)", 0),
+        ("a(1e999)", "a(1e999)", 0),
+        ("a(nan)", "a(nan)", 0),
+        ("a(0)", "a(0)", 0),
+        ("b+a(-1)", "a(-1)", 1),
+        ("a(1)+b+a(2)", "a(2)", 2),
+        ("+".join(f"v{i}" for i in range(9)), "v8", 8),
+    ],
+)
+def test_malformed_blends(formula: str, part: str, index: int) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_blend(formula)
+    error = caught.value
+    assert error.code == "invalid_blend" and error.status == 422
+    assert error.detail == {"part": part, "index": index}
+    assert f"'{part}'" in error.message
+
+
+def test_is_blend() -> None:
+    assert is_blend("af_bella+af_sky") and is_blend("af_bella(2)") and is_blend("a (1) + b")
+    assert not is_blend("af_bella") and not is_blend("0123456789abcdef")
+
+
+def test_mix_weights_constant_packs() -> None:
+    ones = np.ones(PACK_SHAPE, np.float32)
+    mixed = mix([(ones * 3, 2 / 3), (ones * 6, 1 / 3)])
+    assert mixed.dtype == np.float32 and mixed.shape == PACK_SHAPE
+    np.testing.assert_allclose(mixed, 4.0, rtol=1e-6)
+    pack = random_pack()
+    np.testing.assert_array_equal(mix([(pack, 1.0)]), pack)
+
+
+def test_canonical_blend() -> None:
+    assert canonical_blend(parse_blend("af_bella(2)+af_sky(1)")) == "af_bella(0.6667)+af_sky(0.3333)"
+    assert canonical_blend(parse_blend(" af_bella (4) + af_sky (2) ")) == "af_bella(0.6667)+af_sky(0.3333)"
+    assert canonical_blend([BlendPart("b", 3), BlendPart("a", 1)]) == "b(0.7500)+a(0.2500)"
+    assert canonical_blend(parse_blend("a(7)")) == "a(1.0000)"
