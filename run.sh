@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # PolyTTS entry point for people and supervisors (launchd, systemd).
 #
-#   ./run.sh          set up the virtual environment and the default model, then serve (restarting on failure)
+#   ./run.sh          set up the virtual environment and the default model, then serve (restarting on failure);
+#                     the PyTorch backend's requirements too on GPU hosts (see serving_requirements)
 #   ./run.sh test     set up, then run the whole test suite (extra arguments go to pytest)
 #   ./run.sh setup    set up only
 #
@@ -63,8 +64,21 @@ serve() {
   exit 0
 }
 
+# The PyTorch backend (requirements-torch.txt) is installed where it will run: when asked for explicitly, or on a
+# host with an NVIDIA GPU or Apple Silicon. Everywhere else the embedded ONNX default needs only requirements.txt.
+serving_requirements() {
+  local backend=${POLYTTS_KOKORO_BACKEND:-auto} runtime=${POLYTTS_RUNTIME:-auto}
+  if [ "$backend" = torch ] || [ "$runtime" = cuda ] || [ "$runtime" = mps ]; then
+    echo requirements-torch.txt
+  elif [ "$backend" = auto ] && { nvidia-smi -L >/dev/null 2>&1 || [ "$(uname -sm)" = "Darwin arm64" ]; }; then
+    echo requirements-torch.txt
+  else
+    echo requirements.txt
+  fi
+}
+
 case "${1:-serve}" in
-  serve) setup requirements.txt || exit 1; serve ;;
+  serve) setup "$(serving_requirements)" || exit 1; serve ;;
   test) shift; setup requirements-dev.txt || exit 1; exec "$VENV/bin/python" -m pytest "$@" ;;
   setup) setup requirements-dev.txt ;;
   *) say "usage: ./run.sh [serve|test [pytest args]|setup]"; exit 2 ;;
