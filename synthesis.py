@@ -152,6 +152,8 @@ class SynthesisService:
             where = {"part": part.name, "index": index}
             try:
                 voice = self.resolve_voice(part.name)
+            except Unavailable:  # the engine is loading or failed: not the formula's fault
+                raise
             except ServiceError as exc:
                 raise InvalidInput(f"blend part {part.name!r}: {exc.message}", code="invalid_blend", detail=where) from exc
             family = FAMILIES.get(voice.engine)
