@@ -207,6 +207,11 @@ class VoiceRegistry:
             )
         if reg.seed_text and reg.seed_audio is None:
             raise InvalidInput("seed_text was given without seed_audio", code="seed_text_without_audio")
+        if reg.seed_audio is not None and not (reg.seed_text or "").strip():
+            raise InvalidInput(
+                "seed_audio needs its seed_text: the seed is a continuation prompt, which needs its transcript",
+                code="seed_text_required",
+            )
         if len(ref_text) > MAX_REF_TEXT_CHARS:
             raise InvalidInput(
                 f"ref_text is {len(ref_text)} characters; at most {MAX_REF_TEXT_CHARS} are allowed",

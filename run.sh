@@ -16,12 +16,13 @@ PYTHON=${PYTHON:-python3}
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
 
-install() {  # install a requirements file into the venv unless it is unchanged since the last install
+install() {  # install a requirements file (plus pip options) into the venv unless unchanged since the last install
   local requirements=$1 stamp="$VENV/.installed-$(basename "$1")" sum
-  sum=$(cat "$requirements" requirements.txt | sha256sum | cut -d' ' -f1)
+  shift
+  sum=$(cat "$requirements" requirements*.txt | sha256sum | cut -d' ' -f1)
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] && return 0
   say "installing $requirements into $VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" || return 1
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@" -r "$requirements" || return 1
   echo "$sum" >"$stamp"
 }
 
@@ -31,6 +32,9 @@ setup() {
     "$PYTHON" -m venv "$VENV" || return 1
   fi
   install "$1" || { say "pip install -r $1 failed"; return 1; }
+  if [ "$1" != requirements.txt ]; then  # the PyTorch engines: voxcpm without its declared dependencies
+    install requirements-nodeps.txt --no-deps || { say "pip install --no-deps -r requirements-nodeps.txt failed"; return 1; }
+  fi
   "$VENV/bin/python" -m models.assemble || { say "the default model could not be assembled (see above)"; return 1; }
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import importlib.util
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from cache import WavCache
 from engines import FAMILIES
 from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
 from engines.kokoro import KokoroEngine
+from engines.voxcpm import VoxCPMEngine
 from errors import ClientDisconnected, Conflict, InvalidInput, install_error_handlers
 from pcm_cache import PcmCache
 from protocol import TTSRequest, UnloadResult, VoiceCreated
@@ -76,7 +78,19 @@ def build_engines(settings: Settings) -> dict[str, Engine]:
         threads=settings.onnx_threads,
         caps=caps,
     )
-    return {kokoro.name: kokoro}
+    engines: dict[str, Engine] = {kokoro.name: kokoro}
+    if importlib.util.find_spec("voxcpm") is not None:
+        voxcpm = VoxCPMEngine(
+            model=settings.voxcpm_model,
+            runtime=settings.runtime,
+            denoiser=settings.voxcpm_denoiser,
+            max_ref_seconds=settings.voxcpm_max_ref_seconds,
+            max_len=settings.voxcpm_max_len,
+            # VoxCPM streams inside a generation, so its first chunk needs no shorter cap.
+            caps=EngineCaps(0, settings.voxcpm_max_chars, settings.voxcpm_max_sentences, interleavable=False),
+        )
+        engines[voxcpm.name] = voxcpm
+    return engines
 
 
 def build_service(settings: Settings) -> Service:
@@ -421,7 +435,9 @@ class _Server(uvicorn.Server):
 
 
 def main() -> int:
-
+    # Model libraries draw tqdm progress bars on stderr (VoxCPM, for every generation): noise in a server's log.
+    # tqdm reads this when it is first imported, which happens later, when an engine loads.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         settings = load_settings()
     except SettingsError as exc:

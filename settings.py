@@ -64,6 +64,26 @@ class Settings(BaseSettings):
     """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
     holding `config.json`, one `.pth` and `voices/*.pt`."""
 
+    voxcpm_model: str = "openbmb/VoxCPM2"
+    """VoxCPM2 weights: a hub id (fetched into the hub cache when online) or a local folder (`config.json`,
+    `model.safetensors`, `audiovae.safetensors`, tokenizer files)."""
+
+    voxcpm_denoiser: Path | None = None
+    """Local folder of the ZipEnhancer denoiser (needs `modelscope`). Unset: no denoiser, never downloaded, and a
+    request with `denoise=true` is a 422."""
+
+    voxcpm_max_chars: int = Field(80, ge=0)
+    """Cap on the characters of one VoxCPM generation (quality drops on long ones); 0 is unlimited."""
+
+    voxcpm_max_sentences: int = Field(3, ge=0)
+    """Cap on the sentences of one VoxCPM generation; 0 is unlimited."""
+
+    voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
+    """Reference and prompt clips are trimmed to this many seconds before VoxCPM encodes them."""
+
+    voxcpm_max_len: int = Field(2000, ge=10, le=20_000)
+    """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""
+
     kokoro_onnx_dir: Path | None = None
     """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
     Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""

@@ -17,11 +17,11 @@ import numpy as np
 from audio import pcm_to_wav, to_pcm16, wav_to_pcm
 from cache import WavCache, synthesis_key
 from engines import FAMILIES
-from engines.base import BlendVoice, BuiltinVoice, Engine, SynthesisOptions, VoiceRef
+from engines.base import BlendVoice, BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
 from engines.voicepacks import canonical_blend, is_blend, parse_blend
 from errors import InvalidInput, NotFound, PayloadTooLarge, ServiceError, Unavailable
 from pcm_cache import PcmCache
-from protocol import TTSRequest
+from protocol import ENGINE_PARAMS, TTSRequest
 from registry import VOICE_ID_RE, VoiceEntry, VoiceRegistry
 from residency import ModelManager
 from scheduler import Job, Scheduler
@@ -50,7 +50,8 @@ class Plan:
     text: str
     chunks: list[str]
     options: SynthesisOptions
-    cache_key: str
+    cache_key: str | None
+    """None while the engine's checkpoint is unknown: such a synthesis is neither served from nor put in a cache."""
 
 
 @dataclass
@@ -202,23 +203,65 @@ class SynthesisService:
         engine = self.engine_for(voice.engine)
         language = resolve_language(request.language)
         engine.check_language(language)
-        options = SynthesisOptions(language=language, speed=round(request.speed, 3))
+        options = SynthesisOptions(language=language, params=self.engine_params(engine, request))
         voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
-        chunks = chunk_text(text, engine.caps.first_chunk_chars, engine.caps.max_chunk_chars)
+        chunks = self.chunks(engine, text, request)
         # A registered voice replaced under the same id must not hit audio cached for its old transcript.
         cache_voice = f"{voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else voice_key
-        key = synthesis_key(
-            text=text, voice_id=cache_voice, engine=engine.name, checkpoint=engine.checkpoint, params=options.cache_params()
+        checkpoint = engine.checkpoint
+        key = (
+            synthesis_key(
+                text=text,
+                voice_id=cache_voice,
+                engine=engine.name,
+                checkpoint=checkpoint,
+                # Where the text is cut into generations changes the audio too.
+                params={**options.cache_params(), "chunks": [len(chunk) for chunk in chunks]},
+            )
+            if checkpoint is not None
+            else None
         )
         return Plan(engine, voice, voice_key, text, chunks, options, key)
 
+    @staticmethod
+    def engine_params(engine: Engine, request: TTSRequest) -> dict[str, Param]:
+        """The engine's generation parameters: its defaults, overridden by what the request gave."""
+        given = {name: value for name in ENGINE_PARAMS if (value := getattr(request, name)) is not None}
+        foreign = sorted(set(given) - set(engine.params))
+        if foreign:
+            takes = ", ".join(engine.params) or "none"
+            raise InvalidInput(
+                f"{', '.join(foreign)} do(es) not apply to engine {engine.name!r} (it takes: {takes})",
+                code="unsupported_parameter",
+            )
+        params = {**engine.params, **given}
+        if isinstance(params.get("speed"), float):
+            params["speed"] = round(float(params["speed"]), 3)
+        engine.check_params(params)
+        return params
+
+    @staticmethod
+    def chunks(engine: Engine, text: str, request: TTSRequest) -> list[str]:
+        """Text split by the engine's caps per generation, or the request's own (0 meaning unlimited)."""
+        caps = engine.caps
+        max_chars = caps.max_chunk_chars if request.max_chars_per_gen is None else request.max_chars_per_gen
+        max_sentences = caps.max_sentences if request.max_sentences_per_gen is None else request.max_sentences_per_gen
+        first = caps.first_chunk_chars or max_chars
+        if max_chars:
+            first = min(first, max_chars) if first else max_chars
+        return chunk_text(text, first, max_chars, max_sentences)
+
     def cached_pcm(self, plan: Plan) -> bytes | None:
+        if plan.cache_key is None:
+            return None
         pcm = self.pcm_cache.get(plan.cache_key)
         if pcm is None and (wav := self.wav_cache.get(plan.cache_key)) is not None:
             pcm = wav_to_pcm(wav)
         return pcm
 
     def cached_wav(self, plan: Plan) -> bytes | None:
+        if plan.cache_key is None:
+            return None
         wav = self.wav_cache.get(plan.cache_key)
         if wav is None and (pcm := self.pcm_cache.get(plan.cache_key)) is not None:
             wav = pcm_to_wav(pcm, plan.engine.sample_rate)
@@ -267,7 +310,7 @@ class SynthesisService:
             timings.log(outcome)
 
     def store(self, plan: Plan, pcm: bytes) -> None:
-        if not pcm:
+        if not pcm or plan.cache_key is None:
             return
         self.wav_cache.put(plan.cache_key, pcm_to_wav(pcm, plan.engine.sample_rate))
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 
 from errors import InvalidInput
@@ -98,19 +99,22 @@ def _split_long(piece: str, cap: int) -> list[str]:
     return [piece[i : i + cap] for i in range(0, len(piece), cap)]
 
 
-def _pack(parts: list[str], first_cap: int, cap: int) -> list[str]:
-    """Greedily concatenate parts into chunks: the first at most `first_cap` characters, the rest at most `cap`."""
+def _pack(parts: list[str], first_cap: int, cap: int, max_parts: int = 0) -> list[str]:
+    """Greedily concatenate parts into chunks: the first at most `first_cap` characters, the rest at most `cap`,
+    and at most `max_parts` parts each (0: no limit)."""
     chunks: list[str] = []
     current = ""
+    count = 0
     for part in parts:
         limit = first_cap if not chunks else cap
-        if len((current + part).strip()) <= limit:
+        if len((current + part).strip()) <= limit and (not max_parts or count < max_parts):
             current += part
+            count += 1
             continue
         if current.strip():
             chunks.append(current.strip())
             limit = cap
-        current = ""
+        current, count = "", 1
         if len(part.strip()) <= limit:
             current = part
         else:
@@ -122,17 +126,19 @@ def _pack(parts: list[str], first_cap: int, cap: int) -> list[str]:
     return chunks
 
 
-def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int) -> list[str]:
+def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sentences: int = 0) -> list[str]:
     """Split text into model-sized chunks along sentences; the first chunk is kept short for early audio.
 
-    Whole sentences are packed together up to the cap; a sentence over the cap is split at clause marks, then
-    at word boundaries, then hard. The first chunk is at most `first_chunk_chars` characters and holds at most
-    the first sentence; every other chunk is at most `max_chunk_chars`.
+    Whole sentences are packed together up to the caps; a sentence over the character cap is split at clause
+    marks, then at word boundaries, then hard. The first chunk is at most `first_chunk_chars` characters and holds
+    at most the first sentence; every other chunk is at most `max_chunk_chars` characters and `max_sentences`
+    sentences. A cap of 0 means unlimited.
     """
     sentences = split_sentences(text)
     if not sentences:
         return []
-    first = _split_long(sentences[0], first_chunk_chars)[0]
+    cap = max_chunk_chars or sys.maxsize
+    first = _split_long(sentences[0], first_chunk_chars or cap)[0]
     remainder = sentences[0][len(first) :].strip()
     rest = [remainder, *sentences[1:]] if remainder else sentences[1:]
-    return [first, *_pack([s + " " for s in rest], max_chunk_chars, max_chunk_chars)]
+    return [first, *_pack([s + " " for s in rest], cap, cap, max_sentences)]

@@ -31,6 +31,7 @@ class EngineCaps:
     """Cap on the text one generation may take."""
     max_sentences: int = 0
     """Cap on sentences per generation, 0 meaning unlimited."""
+    # first_chunk_chars 0: the first chunk has the same cap as the others (engines that stream inside a generation)
     interleavable: bool = True
     """Whether generations of different requests may alternate on one instance."""
 
@@ -45,15 +46,18 @@ class BuiltinVoice:
         return {"voice_id": self.name, "engine": self.engine, "language": self.language, "builtin": True}
 
 
+Param = float | int | bool
+
+
 @dataclass(frozen=True)
 class SynthesisOptions:
     language: Language
-    speed: float = 1.0
-    extra: dict[str, float | int | bool | str] = field(default_factory=dict)
+    params: dict[str, Param] = field(default_factory=dict)
+    """The engine's generation parameters (`Engine.params`), defaults filled in."""
 
     def cache_params(self) -> dict[str, object]:
         """Every parameter that changes the audio: part of the cache key."""
-        return {"language": self.language.code, "speed": self.speed, **self.extra}
+        return {"language": self.language.code, **self.params}
 
 
 @dataclass(frozen=True)
@@ -74,11 +78,17 @@ class Engine(ABC):
     name: str
     sample_rate: int
     caps: EngineCaps
+    params: dict[str, Param] = {}
+    """The per-request generation parameters this engine takes, with their defaults (bounds live in protocol.py)."""
+
+    def check_params(self, params: dict[str, Param]) -> None:
+        """Raise InvalidInput when this node cannot honour a parameter (e.g. a denoiser that is not installed)."""
 
     @property
     @abstractmethod
-    def checkpoint(self) -> str:
-        """What is (or will be) loaded, with its checksum: part of every cache key."""
+    def checkpoint(self) -> str | None:
+        """What is (or was last) loaded, with its checksum: part of every cache key. None while it is not known
+        (before the first load), when nothing may be cached."""
 
     @property
     def footprint(self) -> int:

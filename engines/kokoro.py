@@ -42,7 +42,7 @@ class KokoroBackend(ABC):
 
     @property
     @abstractmethod
-    def checkpoint(self) -> str: ...
+    def checkpoint(self) -> str | None: ...
 
     @property
     @abstractmethod
@@ -92,6 +92,7 @@ def choose_backend(requested: str, accelerator: str | None) -> BackendName:
 class KokoroEngine(Engine):
     name = "kokoro"
     sample_rate = SAMPLE_RATE
+    params = {"speed": 1.0}
 
     def __init__(
         self,
@@ -126,8 +127,8 @@ class KokoroEngine(Engine):
         return TorchBackend(self.torch_model, device=torch_device(self.runtime))
 
     @property
-    def checkpoint(self) -> str:
-        return self.backend.checkpoint if self.backend else "kokoro@undecided"
+    def checkpoint(self) -> str | None:
+        return self.backend.checkpoint if self.backend else None
 
     @property
     def footprint(self) -> int:
@@ -184,7 +185,7 @@ class KokoroEngine(Engine):
         assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
         phonemes = self.g2p.phonemize(text, options.language)
         for tokens in self._token_windows(phonemes):
-            yield self.backend.infer(tokens, voice[len(tokens) - 1], options.speed)
+            yield self.backend.infer(tokens, voice[len(tokens) - 1], float(options.params.get("speed", 1.0)))
 
     def _token_windows(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in windows of at most MAX_TOKENS, cut at the last space before the limit."""

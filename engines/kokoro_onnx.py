@@ -21,8 +21,6 @@ from models.assemble import MODEL_FILE, SUM_FILE, is_assembled
 
 log = logging.getLogger("polytts.engines.kokoro")
 
-_MISSING = "missing"
-
 
 class OnnxBackend(KokoroBackend):
     name = "onnx"
@@ -37,14 +35,14 @@ class OnnxBackend(KokoroBackend):
         self._pack_names: tuple[float, list[str]] = (0.0, [])
         self._checkpoint = self._read_checkpoint()
 
-    def _read_checkpoint(self) -> str:
+    def _read_checkpoint(self) -> str | None:
+        """From the sum the assembly step recorded (checked against the published one); None while missing."""
         sum_file = self.model_dir / SUM_FILE
-        digest = sum_file.read_text().strip()[:16] if sum_file.is_file() else _MISSING
-        return f"kokoro-82m-int8-onnx@{digest}"
+        return f"kokoro-82m-int8-onnx@{sum_file.read_text().strip()[:16]}" if sum_file.is_file() else None
 
     @property
-    def checkpoint(self) -> str:
-        if self._checkpoint.endswith(_MISSING):  # assembled since: never key a cache entry by a missing model
+    def checkpoint(self) -> str | None:
+        if self._checkpoint is None:  # assembled since start?
             self._checkpoint = self._read_checkpoint()
         return self._checkpoint
 

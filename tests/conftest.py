@@ -137,6 +137,14 @@ def tiny_kokoro(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path)
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_voxcpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny randomly initialised VoxCPM2 (48 kHz out), loadable by the package's own from_pretrained."""
+    from tiny_voxcpm import build_tiny_voxcpm
+
+    return build_tiny_voxcpm(tmp_path_factory.mktemp("tiny-voxcpm"))
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
     """One real server per test module, on the embedded Kokoro ONNX default."""

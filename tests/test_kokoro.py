@@ -52,8 +52,8 @@ def test_english_speech_at_24khz(engine: KokoroEngine) -> None:
 
 def test_speed_changes_duration(engine: KokoroEngine) -> None:
     text = "Speed changes how long this takes."
-    slow = speak(engine, text, SynthesisOptions(language=ENGLISH.language, speed=0.8))
-    fast = speak(engine, text, SynthesisOptions(language=ENGLISH.language, speed=1.6))
+    slow = speak(engine, text, SynthesisOptions(language=ENGLISH.language, params={"speed": 0.8}))
+    fast = speak(engine, text, SynthesisOptions(language=ENGLISH.language, params={"speed": 1.6}))
     assert len(fast) < 0.75 * len(slow)
 
 

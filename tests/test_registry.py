@@ -490,3 +490,10 @@ def test_voice_pack_refusals_leave_nothing(reg: VoiceRegistry, root: Path, regis
         reg.register(registration)
     assert err.value.code == code
     assert os.listdir(root) == []
+
+
+def test_a_seed_clip_needs_its_text(reg: VoiceRegistry, root: Path) -> None:
+    with pytest.raises(InvalidInput) as err:
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hi", seed_audio=make_audio(1.0, tweak=5)))
+    assert err.value.code == "seed_text_required"
+    assert os.listdir(root) == []

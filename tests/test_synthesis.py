@@ -105,6 +105,7 @@ def test_cache_key_covers_voice_text_and_parameters(service: Service) -> None:
         plan(TTSRequest(text="Same text.", voice_id="jm_kumo")).cache_key,
         plan(TTSRequest(text="Same text.", language="en-gb")).cache_key,
         plan(TTSRequest(text="Other text.")).cache_key,
+        plan(TTSRequest(text="Same text.", max_chars_per_gen=5)).cache_key,
     }
-    assert len(keys) == 5
+    assert len(keys) == 6
     assert plan(TTSRequest(text="Same   text.")).cache_key == plan(TTSRequest(text="Same text.")).cache_key

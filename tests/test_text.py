@@ -77,3 +77,12 @@ def test_language_without_its_g2p_names_the_package(monkeypatch: pytest.MonkeyPa
         resolve_language("Japanese")
     assert err.value.status == 422 and err.value.code == "language_not_installed"
     assert "pip install pyopenjtalk-plus" in err.value.message
+
+
+def test_sentence_cap_and_unlimited_caps() -> None:
+    text = "One. Two. Three. Four. Five. Six. Seven."
+    assert chunk_text(text, 100, 100, max_sentences=3) == ["One.", "Two. Three. Four.", "Five. Six. Seven."]
+    assert chunk_text(text, 0, 0, max_sentences=0) == ["One.", "Two. Three. Four. Five. Six. Seven."]
+    assert chunk_text(text, 0, 12, max_sentences=0) == ["One.", "Two. Three.", "Four. Five.", "Six. Seven."]
+    long = "word " * 100
+    assert chunk_text(long, 0, 0) == [long.strip()]
