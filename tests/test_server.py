@@ -24,8 +24,9 @@ PARAGRAPH = (
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long audiobook chapter that goes on." for i in range(40))
 
 
-def voxcpm_form(audio: bytes, ref_text: str = "a reference transcript", **fields: str) -> dict:
-    return {"files": {"audio": ("ref.wav", audio, "audio/wav")}, "data": {"engine": "voxcpm", "ref_text": ref_text, **fields}}
+def clone_form(audio: bytes, ref_text: str = "a reference transcript", **fields: str) -> dict:
+    """A registration for `qwen`, a cloning engine this node does not serve (voices are portable)."""
+    return {"files": {"audio": ("ref.wav", audio, "audio/wav")}, "data": {"engine": "qwen", "ref_text": ref_text, **fields}}
 
 
 def decode_wav(body: bytes) -> tuple[np.ndarray, int]:
@@ -49,27 +50,27 @@ def assert_speech_like(samples: np.ndarray, rate: int) -> None:
 
 def test_register_list_get_delete(client: httpx.Client) -> None:
     clip = wav_clip(1.5, 330)
-    created = client.post("/voices", **voxcpm_form(clip))
+    created = client.post("/voices", **clone_form(clip))
     assert created.status_code == 201, created.text
     voice_id = created.json()["voice_id"]
     assert len(voice_id) == 16 and created.json()["created"] is True
 
-    again = client.post("/voices", **voxcpm_form(clip))
+    again = client.post("/voices", **clone_form(clip))
     assert again.status_code == 200 and again.json() == {"voice_id": voice_id, "created": False}
 
     listed = {v["voice_id"]: v for v in client.get("/voices").json()["voices"]}
-    assert listed[voice_id]["engine"] == "voxcpm"
+    assert listed[voice_id]["engine"] == "qwen"
     assert listed[voice_id]["ref_text"] == "a reference transcript"
-    assert listed[voice_id]["servable"] is False  # stored for portability; this node has no VoxCPM
+    assert listed[voice_id]["servable"] is False  # stored for portability; this node has no Qwen3-TTS
     assert listed["jf_alpha"]["builtin"] is True and listed["jf_alpha"]["engine"] == "kokoro"
 
     got = client.get(f"/voices/{voice_id}")
     assert got.status_code == 200 and got.json()["duration_s"] == pytest.approx(1.5, abs=0.01)
     assert client.get("/voices/jf_alpha").json()["language"] == "ja"
 
-    conflict = client.post("/voices", **voxcpm_form(clip, ref_text="another transcript"))
+    conflict = client.post("/voices", **clone_form(clip, ref_text="another transcript"))
     assert conflict.status_code == 409 and conflict.json()["code"] == "voice_exists"
-    replaced = client.post("/voices", **voxcpm_form(clip, ref_text="another transcript", replace="true"))
+    replaced = client.post("/voices", **clone_form(clip, ref_text="another transcript", replace="true"))
     assert replaced.status_code == 201
     assert client.get(f"/voices/{voice_id}").json()["ref_text"] == "another transcript"
 
@@ -120,7 +121,7 @@ def test_registration_not_multipart(client: httpx.Client) -> None:
 
 def test_seeded_and_xvector_registrations(client: httpx.Client) -> None:
     clip = wav_clip(1.2, 440)
-    xvec = client.post("/voices", **voxcpm_form(clip, ref_text="", x_vector_only_mode="true"))
+    xvec = client.post("/voices", **clone_form(clip, ref_text="", x_vector_only_mode="true"))
     seeded = client.post(
         "/voices",
         files={"audio": ("a.wav", clip), "seed_audio": ("s.wav", wav_clip(1.0, 550))},
@@ -266,11 +267,11 @@ def test_client_errors_are_decided_before_the_first_byte(
 
 
 def test_voice_of_an_engine_this_node_lacks_is_a_422(client: httpx.Client) -> None:
-    voice_id = client.post("/voices", **voxcpm_form(wav_clip(1.1, 600))).json()["voice_id"]
+    voice_id = client.post("/voices", **clone_form(wav_clip(1.1, 600))).json()["voice_id"]
     for route in ("/tts", "/tts/stream"):
         response = client.post(route, json={"text": "hello", "voice_id": voice_id})
         assert response.status_code == 422 and response.json()["code"] == "engine_unavailable"
-        assert "voxcpm" in response.json()["message"]
+        assert "qwen" in response.json()["message"]
 
 
 # --- operations -----------------------------------------------------------------------------------------------
@@ -405,7 +406,7 @@ def test_restart_keeps_every_voice(tmp_path: Path, assembled_model: Path) -> Non
     server = ServerProcess(tmp_path).start()
     try:
         with server.client() as client:
-            ids = {client.post("/voices", **voxcpm_form(wav_clip(1.0, f))).json()["voice_id"] for f in (200, 300, 400)}
+            ids = {client.post("/voices", **clone_form(wav_clip(1.0, f))).json()["voice_id"] for f in (200, 300, 400)}
     finally:
         assert server.stop() == 0
     again = ServerProcess(tmp_path).start()
