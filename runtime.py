@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import platform
 
 log = logging.getLogger("polytts.runtime")
 
 
 class RuntimeRefused(Exception):
     """The demanded runtime is not available; the message says what to do."""
+
+
+def mlx_installed() -> bool:
+    return importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_audio") is not None
+
+
+def apple_silicon() -> bool:
+    return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+def uses_mlx(runtime: str) -> bool:
+    """Whether the engines run on MLX: asked for, or `auto` on Apple Silicon with mlx-audio installed."""
+    return runtime == "mlx" or (runtime == "auto" and apple_silicon() and mlx_installed())
 
 
 def torch_installed() -> bool:
@@ -43,7 +57,10 @@ def torch_device(runtime: str) -> str:
 
 
 def check_runtime(runtime: str, allow_cpu: bool) -> None:
-    """Refuse to start when `runtime` demands a GPU that torch cannot see, unless the operator allows the CPU."""
+    """Refuse to start when `runtime` demands a GPU that torch cannot see, unless the operator allows the CPU,
+    or MLX when mlx-audio is not installed."""
+    if runtime == "mlx" and not mlx_installed():
+        raise RuntimeRefused('POLYTTS_RUNTIME=mlx but mlx-audio is not installed: pip install "mlx-audio==0.6.2"')
     if runtime not in ("cuda", "mps"):
         return
     found = torch_accelerator()

@@ -30,13 +30,15 @@ from cache import WavCache
 from engines import FAMILIES
 from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
 from engines.kokoro import KokoroEngine
+from engines.mlx_qwen import MlxQwenEngine
+from engines.mlx_voxcpm import MlxVoxCPMEngine
 from engines.voxcpm import VoxCPMEngine
 from errors import ClientDisconnected, Conflict, InvalidInput, install_error_handlers
 from pcm_cache import PcmCache
 from protocol import TTSRequest, UnloadResult, VoiceCreated
 from registry import Registration, VoiceRegistry, check_voice_id
 from residency import ManagedUnit, ModelManager, ResidencyPolicy
-from runtime import RuntimeRefused, check_runtime
+from runtime import RuntimeRefused, check_runtime, uses_mlx
 from scheduler import GpuThread, Scheduler
 from settings import Settings, SettingsError, load_settings
 from synthesis import EngineState, Plan, SynthesisService, Timings
@@ -75,19 +77,41 @@ def build_engines(settings: Settings) -> dict[str, Engine]:
         runtime=settings.runtime,
         onnx_dir=settings.kokoro_onnx_path,
         torch_model=settings.kokoro_model,
+        mlx_model=settings.mlx_kokoro_model,
+        mlx_cache_mb=settings.mlx_cache_mb,
         threads=settings.onnx_threads,
         caps=caps,
     )
     engines: dict[str, Engine] = {kokoro.name: kokoro}
-    if importlib.util.find_spec("voxcpm") is not None:
+    # VoxCPM streams inside a generation, so its first chunk needs no shorter cap.
+    voxcpm_caps = EngineCaps(0, settings.voxcpm_max_chars, settings.voxcpm_max_sentences, interleavable=False)
+    if uses_mlx(settings.runtime):
+        mlx_voxcpm = MlxVoxCPMEngine(
+            model=settings.mlx_voxcpm_model,
+            cache_mb=settings.mlx_cache_mb,
+            max_voices=settings.max_voices_mem,
+            max_ref_seconds=settings.voxcpm_max_ref_seconds,
+            max_len=settings.voxcpm_max_len,
+            caps=voxcpm_caps,
+        )
+        qwen = MlxQwenEngine(
+            model=settings.mlx_qwen_model,
+            cache_mb=settings.mlx_cache_mb,
+            max_voices=settings.max_voices_mem,
+            max_ref_seconds=settings.voxcpm_max_ref_seconds,
+            max_tokens=settings.qwen_max_tokens,
+            stream_interval=settings.stream_interval,
+            caps=EngineCaps(0, 300, 0, interleavable=False),
+        )
+        engines |= {mlx_voxcpm.name: mlx_voxcpm, qwen.name: qwen}
+    elif importlib.util.find_spec("voxcpm") is not None:
         voxcpm = VoxCPMEngine(
             model=settings.voxcpm_model,
             runtime=settings.runtime,
             denoiser=settings.voxcpm_denoiser,
             max_ref_seconds=settings.voxcpm_max_ref_seconds,
             max_len=settings.voxcpm_max_len,
-            # VoxCPM streams inside a generation, so its first chunk needs no shorter cap.
-            caps=EngineCaps(0, settings.voxcpm_max_chars, settings.voxcpm_max_sentences, interleavable=False),
+            caps=voxcpm_caps,
         )
         engines[voxcpm.name] = voxcpm
     return engines
@@ -260,6 +284,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "uptime_s": round(time.time() - service.started_at, 3),
             "device": default.describe()["device"],
             "default_engine": settings.default_engine,
+            "runtime": "mlx" if uses_mlx(settings.runtime) else settings.runtime,
+            "serves": sorted(service.engines),
             "engines": {
                 name: {**engine.describe(), "state": service.states[name].status, "reason": service.states[name].reason}
                 for name, engine in service.engines.items()

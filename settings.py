@@ -50,15 +50,18 @@ class Settings(BaseSettings):
     coload: bool = False
     """Allow more than one engine in device memory at a time (otherwise loading one evicts the others)."""
 
-    runtime: Literal["auto", "cuda", "mps", "cpu"] = "auto"
+    runtime: Literal["auto", "cuda", "mps", "cpu", "mlx"] = "auto"
     """Where models run. `cuda`/`mps` is a demand: the server refuses to start when torch cannot see that device
-    (unless POLYTTS_ALLOW_CPU). `auto` uses CUDA or MPS when torch sees one, else the CPU."""
+    (unless POLYTTS_ALLOW_CPU). `mlx` runs every engine through mlx-audio (refused when it is not installed).
+    `auto` picks MLX on Apple Silicon when mlx-audio is installed, else CUDA or MPS when torch sees one, else the
+    CPU."""
 
     allow_cpu: bool = False
     """Start on the CPU even though POLYTTS_RUNTIME asked for a GPU that torch cannot see."""
 
-    kokoro_backend: Literal["auto", "torch", "onnx"] = "auto"
-    """Kokoro backend: `auto` takes PyTorch when CUDA or MPS is available, ONNX Runtime otherwise."""
+    kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
+    """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
+    otherwise."""
 
     kokoro_model: str = "hexgrad/Kokoro-82M"
     """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
@@ -83,6 +86,28 @@ class Settings(BaseSettings):
 
     voxcpm_max_len: int = Field(2000, ge=10, le=20_000)
     """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""
+
+    mlx_qwen_model: str = "mlx-community/Qwen3-TTS-12Hz-1.7B-Base-8bit"
+    """MLX runtime: Qwen3-TTS weights (hub id or local folder)."""
+
+    mlx_voxcpm_model: str = "mlx-community/VoxCPM2-8bit"
+    """MLX runtime: VoxCPM2 weights (hub id or local folder)."""
+
+    mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
+    """MLX runtime: Kokoro weights (hub id or local folder)."""
+
+    mlx_cache_mb: int = Field(1024, ge=0)
+    """MLX runtime: limit of the Metal allocator's buffer cache, in MiB (memory is also cleared after each request)."""
+
+    max_voices_mem: int = Field(32, ge=1)
+    """Prepared voices (speaker embeddings, reference codes) kept in memory per engine; least recently used out.
+    They are also persisted under voices/<id>/prompts/<model-key>/."""
+
+    qwen_max_tokens: int = Field(2048, ge=8, le=20_000)
+    """MLX runtime: bound on the audio frames (12.5 per second) of one Qwen3-TTS generation."""
+
+    stream_interval: float = Field(0.5, gt=0, le=10)
+    """Seconds of audio per streamed piece for engines that stream inside one generation (Qwen3-TTS on MLX)."""
 
     kokoro_onnx_dir: Path | None = None
     """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.

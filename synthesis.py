@@ -273,10 +273,13 @@ class SynthesisService:
 
         def steps() -> Iterator[np.ndarray]:
             self.manager.ensure(plan.engine.name)
-            handle = plan.engine.prepare_voice(plan.voice)
-            for chunk in plan.chunks:
-                self.manager.touch(plan.engine.name)
-                yield from plan.engine.stream(chunk, handle, plan.options)
+            try:
+                handle = plan.engine.prepare_voice(plan.voice)
+                for chunk in plan.chunks:
+                    self.manager.touch(plan.engine.name)
+                    yield from plan.engine.stream(chunk, handle, plan.options)
+            finally:
+                plan.engine.release()
 
         job = Job(engine=plan.engine.name, chars=len(plan.text), steps=steps, loop=asyncio.get_running_loop())
         return self.scheduler.submit(job)

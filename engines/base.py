@@ -119,6 +119,10 @@ class Engine(ABC):
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         """Float32 mono audio for one text chunk, in pieces as they are produced."""
 
+    def release(self) -> None:
+        """Called on the GPU thread when a request ends, however it ends: give back what it held (MLX: the
+        allocator's cache)."""
+
     def warmup(self) -> None:
         """One short generation after the first load, so the first request does not pay for lazy setup."""
         voices = self.builtin_voices()

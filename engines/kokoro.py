@@ -20,7 +20,7 @@ from engines.g2p import G2P, choose_english_route
 from engines.voicepacks import PACK_SHAPE, mix
 from errors import InvalidInput
 from registry import VoiceEntry
-from runtime import torch_accelerator, torch_device, torch_installed
+from runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text import Language
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -31,7 +31,7 @@ _LANGUAGE_OF_PREFIX = {
     "a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja", "p": "pt-br", "z": "zh",
 }  # fmt: skip
 
-BackendName = Literal["torch", "onnx"]
+BackendName = Literal["torch", "onnx", "mlx"]
 
 
 class KokoroBackend(ABC):
@@ -78,14 +78,19 @@ class KokoroBackend(ABC):
         """Device memory in use, for /health."""
         return {}
 
+    def release(self) -> None:
+        """After each request (on the GPU thread): give cached device memory back."""
+
     def describe(self) -> dict[str, object]:
         return {}
 
 
-def choose_backend(requested: str, accelerator: str | None) -> BackendName:
-    """`auto` takes PyTorch only when torch sees a GPU (CUDA or MPS); otherwise ONNX Runtime on the CPU."""
-    if requested in ("torch", "onnx"):
+def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -> BackendName:
+    """`auto` takes MLX on the MLX runtime, PyTorch when torch sees a GPU (CUDA or MPS), else ONNX Runtime."""
+    if requested in ("torch", "onnx", "mlx"):
         return requested  # type: ignore[return-value]
+    if mlx:
+        return "mlx"
     return "torch" if accelerator else "onnx"
 
 
@@ -101,6 +106,8 @@ class KokoroEngine(Engine):
         runtime: str,
         onnx_dir: Path,
         torch_model: str,
+        mlx_model: str = "",
+        mlx_cache_mb: int = 0,
         threads: int = 0,
         caps: EngineCaps,
     ) -> None:
@@ -108,12 +115,15 @@ class KokoroEngine(Engine):
         self.runtime = runtime
         self.onnx_dir = onnx_dir
         self.torch_model = torch_model
+        self.mlx_model = mlx_model
+        self.mlx_cache_mb = mlx_cache_mb
         self.threads = threads
         self.caps = caps
         self.backend: KokoroBackend | None = None
-        # Deciding `auto` needs torch's view of the GPU; importing torch waits for the first load (bind first).
-        if backend != "auto" or not torch_installed():
-            self.backend = self._make_backend(choose_backend(backend, None))
+        # Deciding `auto` may need torch's view of the GPU; importing torch waits for the first load (bind first).
+        mlx = uses_mlx(runtime)
+        if backend != "auto" or mlx or not torch_installed():
+            self.backend = self._make_backend(choose_backend(backend, None, mlx))
         self.g2p: G2P | None = None
         self._voices: dict[str, np.ndarray] = {}
 
@@ -122,6 +132,10 @@ class KokoroEngine(Engine):
             from engines.kokoro_onnx import OnnxBackend
 
             return OnnxBackend(self.onnx_dir, self.threads)
+        if name == "mlx":
+            from engines.kokoro_mlx import MlxKokoroBackend
+
+            return MlxKokoroBackend(self.mlx_model, self.mlx_cache_mb)
         from engines.kokoro_torch import TorchBackend
 
         return TorchBackend(self.torch_model, device=torch_device(self.runtime))
@@ -151,6 +165,10 @@ class KokoroEngine(Engine):
         if self.backend is not None:
             self.backend.unload()
         self._voices = {}
+
+    def release(self) -> None:
+        if self.backend is not None:
+            self.backend.release()
 
     def builtin_voices(self) -> list[BuiltinVoice]:
         names = self.backend.pack_names() if self.backend else []

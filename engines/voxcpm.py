@@ -51,6 +51,21 @@ class VoxPrompt:
     prompt_text: str | None
 
 
+def cloned_voice(voice: VoiceRef) -> VoiceEntry:
+    if not isinstance(voice, VoiceEntry) or voice.kind != "clip":
+        raise InvalidInput(f"VoxCPM clones from a registered clip; {voice!r} is not one", code="wrong_engine")
+    return voice
+
+
+def prompt_sources(voice: VoiceEntry) -> tuple[Path, Path | None, str | None]:
+    """(reference clip, continuation clip, continuation text) for a voice, as the module docstring maps them."""
+    if voice.seed_path is not None:
+        return voice.audio_path, voice.seed_path, voice.seed_text
+    if not voice.x_vector_only_mode:
+        return voice.audio_path, voice.audio_path, voice.ref_text
+    return voice.audio_path, None, None
+
+
 def _write_atomically(target: Path, write: Callable[[str], object]) -> None:
     """Let `write` fill a temporary file beside `target`, then rename it in: readers never see half a file."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -160,17 +175,14 @@ class VoxCPMEngine(Engine):
 
     def prepare_voice(self, voice: VoiceRef) -> VoxPrompt:
         """Map a voice onto the prompts and write its trimmed clips once per model (reused after restarts)."""
-        if not isinstance(voice, VoiceEntry) or voice.kind != "clip":
-            raise InvalidInput(f"VoxCPM clones from a registered clip; {voice!r} is not one", code="wrong_engine")
-        folder = voice.folder / "prompts" / self.model_key
-        reference = self._trimmed(voice.audio_path, folder / "reference.wav")
-        if voice.seed_path is not None:
-            prompt, text = self._trimmed(voice.seed_path, folder / "seed.wav"), voice.seed_text
-        elif not voice.x_vector_only_mode:
-            prompt, text = reference, voice.ref_text
-        else:
-            prompt, text = None, None
-        return VoxPrompt(f"{voice.voice_id}@{voice.created_at}", reference, prompt, text)
+        entry = cloned_voice(voice)
+        folder = entry.folder / "prompts" / self.model_key
+        reference, continuation, text = prompt_sources(entry)
+        trimmed = self._trimmed(reference, folder / "reference.wav")
+        prompt = None
+        if continuation is not None:
+            prompt = trimmed if continuation == reference else self._trimmed(continuation, folder / "seed.wav")
+        return VoxPrompt(f"{entry.voice_id}@{entry.created_at}", trimmed, prompt, text)
 
     def _trimmed(self, source: Path, target: Path) -> Path:
         """`source` as mono, cut to max_ref_seconds, written the first time it is needed."""

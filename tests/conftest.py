@@ -145,6 +145,21 @@ def tiny_voxcpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_voxcpm(tmp_path_factory.mktemp("tiny-voxcpm"))
 
 
+@pytest.fixture(scope="session")
+def tiny_mlx_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random mlx-audio models (Kokoro, VoxCPM2, Qwen3-TTS) in the layouts `load_model` reads."""
+    from tiny_mlx_kokoro import build_tiny_mlx_kokoro
+    from tiny_mlx_qwen3 import build_tiny_qwen3_tts
+    from tiny_mlx_voxcpm import build_tiny_mlx_voxcpm
+
+    root = tmp_path_factory.mktemp("tiny-mlx")
+    return {
+        "kokoro": build_tiny_mlx_kokoro(root / "kokoro"),
+        "voxcpm": build_tiny_mlx_voxcpm(root / "voxcpm"),
+        "qwen": build_tiny_qwen3_tts(root / "qwen"),
+    }
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
     """One real server per test module, on the embedded Kokoro ONNX default."""

@@ -1,0 +1,126 @@
+"""Kokoro-82M on MLX (mlx-audio), the Kokoro backend of the MLX runtime on Apple Silicon.
+
+The engine around it (engines/kokoro.py) keeps doing the G2P, chunking and voices, so built-in packs, blends and
+uploaded packs behave as on the other backends. mlx-audio's model takes a phoneme string and a style row; the packs
+are `voices/<name>.safetensors` in the model folder. Every call runs on the thread that loaded the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engines.base import EngineLoadError
+from engines.hub import file_sha256, resolve_model_folder, snapshot_revision
+from engines.kokoro import KokoroBackend
+from engines.mlx_engine import HUB_FILES, ThreadOwner, mlx_memory, to_numpy
+from engines.voicepacks import PACK_SHAPE
+from errors import InvalidInput
+
+log = logging.getLogger("polytts.engines.kokoro")
+
+
+class MlxKokoroBackend(KokoroBackend):
+    name = "mlx"
+
+    def __init__(self, model: str, cache_mb: int) -> None:
+        self.model_ref = model
+        self.cache_mb = cache_mb
+        self.device = "mlx"
+        self.owner = ThreadOwner("kokoro")
+        self._model: object | None = None
+        self._folder: Path | None = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
+        self._symbols: dict[int, str] = {}
+        self._checkpoint: str | None = None
+        self._memory: dict[str, int] = {}
+
+    @property
+    def checkpoint(self) -> str | None:
+        return self._checkpoint
+
+    @property
+    def footprint(self) -> int:
+        return 0
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return {symbol: token for token, symbol in self._symbols.items()}
+
+    def load(self) -> None:
+        import mlx.core as mx
+        from mlx_audio.tts.utils import load_model
+
+        started = time.perf_counter()
+        folder = resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_MLX_KOKORO_MODEL")
+        if not (folder / "config.json").is_file():
+            raise EngineLoadError(f"{folder} has no config.json (POLYTTS_MLX_KOKORO_MODEL)")
+        self.owner.claim()
+        mx.set_cache_limit(self.cache_mb * 1024 * 1024)
+        self._model = load_model(str(folder))
+        self._folder = folder
+        self._symbols = {token: symbol for symbol, token in self._model.vocab.items()}  # type: ignore[attr-defined]
+        weights = sorted(folder.glob("*.safetensors"))
+        revision = snapshot_revision(folder) or (file_sha256(weights[0]) if weights else "unknown")
+        self._checkpoint = f"kokoro-mlx:{self.model_ref}@{revision[:16]}"
+        self.device = str(mx.default_device())
+        self._memory = mlx_memory()
+        log.info("Kokoro MLX loaded from %s on %s in %.2fs", folder, self.device, time.perf_counter() - started)
+
+    def unload(self) -> None:
+        import mlx.core as mx
+
+        self.owner.check()
+        self._model = None
+        mx.clear_cache()
+        self._memory = mlx_memory()
+        self.owner.release()
+
+    def release(self) -> None:
+        import mlx.core as mx
+
+        if self._model is not None:
+            self.owner.check()
+            mx.clear_cache()
+            self._memory = mlx_memory()
+
+    def pack_names(self) -> list[str]:
+        if self._folder is None:
+            return []
+        return sorted(p.stem for p in (self._folder / "voices").glob("*.safetensors"))
+
+    def pack(self, name: str) -> np.ndarray:
+        import mlx.core as mx
+
+        self.owner.check()
+        path = self._folder / "voices" / f"{name}.safetensors" if self._folder else None
+        if path is None or not path.is_file():
+            raise InvalidInput(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
+        arrays = mx.load(str(path))
+        pack = to_numpy(next(iter(arrays.values()))).reshape(PACK_SHAPE) if len(arrays) == 1 else None
+        if pack is None:
+            raise InvalidInput(f"voice pack {name!r} must hold one array", code="pack_contents")
+        return pack
+
+    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+        import mlx.core as mx
+
+        assert self._model is not None
+        self.owner.check()
+        phonemes = "".join(self._symbols[token] for token in tokens)  # the MLX model takes phonemes, not ids
+        output = self._model(  # type: ignore[operator]
+            phonemes, ref_s=mx.array(np.asarray(style, dtype=np.float32).reshape(1, -1)), speed=speed, return_output=True
+        )
+        return to_numpy(output.audio)  # evaluated here, on the thread that owns the model's streams
+
+    def memory(self) -> dict[str, int]:
+        return self._memory
+
+    def describe(self) -> dict[str, object]:
+        return {"model": self.model_ref, "mlx_threads": sorted(self.owner.threads_seen)}
