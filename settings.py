@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
     """Reference and prompt clips are trimmed to this many seconds before VoxCPM encodes them."""
 
-    voxcpm_max_len: int = Field(2000, ge=10, le=20_000)
+    voxcpm_max_len: int = Field(2000, ge=4, le=20_000)
     """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""
 
     mlx_qwen_model: str = "mlx-community/Qwen3-TTS-12Hz-1.7B-Base-8bit"
