@@ -65,6 +65,14 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
+class Unauthorized(ServiceError):
+    status = 401
+    code = "unauthorized"
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "WWW-Authenticate": "Bearer"}
+
+
 class PayloadTooLarge(ServiceError):
     status = 413
     code = "payload_too_large"

@@ -16,12 +16,12 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,7 +33,9 @@ from engines.kokoro import KokoroEngine
 from engines.mlx_qwen import MlxQwenEngine
 from engines.mlx_voxcpm import MlxVoxCPMEngine
 from engines.voxcpm import VoxCPMEngine
-from errors import ClientDisconnected, Conflict, InvalidInput, install_error_handlers
+from errors import ClientDisconnected, Conflict, InvalidInput, Unauthorized, install_error_handlers
+from metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from metrics import Metrics
 from pcm_cache import PcmCache
 from protocol import TTSRequest, UnloadResult, VoiceCreated
 from registry import Registration, VoiceRegistry, check_voice_id
@@ -121,8 +123,12 @@ def build_service(settings: Settings) -> Service:
     engines = build_engines(settings)
     states = {name: EngineState() for name in engines}
 
+    # The metrics exist only once the manager does; loads report their durations through this indirection.
+    load_times: dict[str, list[Callable[[float], None]]] = {name: [] for name in engines}
+
     def unit(engine: Engine) -> ManagedUnit:
         def loader() -> Engine:
+            started = time.perf_counter()
             try:
                 engine.load()
             except Exception as exc:
@@ -132,6 +138,8 @@ def build_service(settings: Settings) -> Service:
                 raise EngineLoadError(f"{engine.name} failed to load: {exc}") from exc
             if states[engine.name].status != "warming":  # a warm-up declares itself ready when it is done
                 states[engine.name] = EngineState("ready")
+            for observe in load_times[engine.name]:
+                observe(time.perf_counter() - started)
             return engine
 
         default = engine.name == settings.default_engine
@@ -140,12 +148,10 @@ def build_service(settings: Settings) -> Service:
 
     manager = ModelManager([unit(e) for e in engines.values()], settings.idle_evict_seconds, coload=settings.coload)
     gpu = GpuThread()
-    scheduler = Scheduler(
-        gpu,
-        max_inflight=settings.max_inflight,
-        max_queued_chars=settings.max_queued_chars,
-        retry_after=settings.retry_after_seconds,
-    )
+    scheduler = Scheduler(gpu, settings.fairness_policy(), manager.resident)
+    metrics = Metrics(scheduler.stats, manager.status)
+    for engine_name, load_seconds in load_times.items():
+        load_seconds.append(metrics.load_seconds.labels(engine_name).observe)
     registry = VoiceRegistry(
         settings.voices_dir,
         families=FAMILIES,
@@ -162,6 +168,7 @@ def build_service(settings: Settings) -> Service:
         scheduler=scheduler,
         wav_cache=WavCache(settings.wav_cache_bytes),
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
+        metrics=metrics,
     )
     return Service(settings, registry, engines, states, manager, gpu, scheduler, synthesis, time.time())
 
@@ -272,6 +279,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def svc(request: Request) -> Service:
         return request.app.state.service  # type: ignore[no-any-return]
 
+    def principal(request: Request) -> str:
+        """Who a request counts as for fairness: its API key's name when keys are configured (then a key is
+        required), else its `X-Fairness-Key`, else the anonymous key. A name grants nothing by itself."""
+        if settings.api_keys:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            name = settings.api_keys.get(token.strip()) if scheme.lower() == "bearer" else None
+            if name is None:
+                raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", code="unauthorized")
+            return name
+        key = request.headers.get("x-fairness-key", "").strip()
+        if key and not (len(key) <= 64 and key.isprintable()):
+            raise InvalidInput("X-Fairness-Key must be at most 64 printable characters", code="invalid_fairness_key")
+        return key or "anonymous"
+
+    async def authorized(request: Request) -> None:
+        principal(request)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(svc(request).synthesis.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         service = svc(request)
@@ -318,7 +346,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         retry = {"Retry-After": str(max(1, round(settings.retry_after_seconds)))}
         return JSONResponse({"status": status, "reason": reason}, status_code=503, headers=retry)
 
-    @app.post("/voices", response_model=VoiceCreated)
+    @app.post("/voices", response_model=VoiceCreated, dependencies=[Depends(authorized)])
     async def register_voice(request: Request) -> JSONResponse:
         service = svc(request)
         parts = await read_form(request, file_limit=settings.max_upload_bytes)
@@ -353,20 +381,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return {**voice.public(), "servable": voice.engine in service.engines}
         return {**voice.public(), "builtin": False, "servable": voice.engine in service.engines}
 
-    @app.get("/voices")
+    @app.get("/voices", dependencies=[Depends(authorized)])
     async def list_voices(request: Request) -> dict[str, Any]:
         service = svc(request)
         registered = [voice_view(service, v) for v in service.registry.list()]
         builtin = [voice_view(service, v) for v in service.synthesis.builtin_voices().values()]
         return {"voices": registered + builtin}
 
-    @app.get("/voices/{voice_id}")
+    @app.get("/voices/{voice_id}", dependencies=[Depends(authorized)])
     async def get_voice(request: Request, voice_id: str) -> dict[str, Any]:
         service = svc(request)
         builtin = service.synthesis.builtin_voices().get(voice_id)
         return voice_view(service, builtin or service.registry.get(check_voice_id(voice_id)))
 
-    @app.delete("/voices/{voice_id}")
+    @app.delete("/voices/{voice_id}", dependencies=[Depends(authorized)])
     async def delete_voice(request: Request, voice_id: str) -> dict[str, str]:
         service = svc(request)
         if voice_id in service.synthesis.builtin_voices():
@@ -376,6 +404,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/tts")
     async def tts(request: Request, body: TTSRequest) -> Response:
+        key = principal(request)
         service = svc(request).synthesis
         plan = service.plan(body)
         timings = Timings("tts", plan)
@@ -383,9 +412,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if wav is not None:
             timings.cache = "hit"
             timings.audio_bytes = len(wav) - 44
-            timings.log("ok")
+            service.finish(timings, "ok")
         else:
-            job = service.submit(plan)
+            job = service.submit(plan, key)
 
             async def collect() -> bytes:
                 return b"".join([pcm async for pcm in service.pcm_stream(plan, job, timings)])
@@ -393,10 +422,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             wav = pcm_to_wav(await _until_disconnect(request, collect()), plan.engine.sample_rate)
         headers = _headers(plan, timings.cache)
         headers.pop("X-Audio-Format")
+        headers["Server-Timing"] = timings.server_timing()
         return Response(wav, media_type="audio/wav", headers=headers)
 
     @app.post("/tts/stream")
     async def tts_stream(request: Request, body: TTSRequest) -> StreamingResponse:
+        key = principal(request)
         service = svc(request).synthesis
         plan = service.plan(body)
         timings = Timings("tts/stream", plan)
@@ -404,10 +435,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if cached is not None:
             timings.cache = "hit"
             timings.audio_bytes = len(cached)
-            timings.log("ok")
+            service.finish(timings, "ok")
             slices = (cached[i : i + STREAM_SLICE] for i in range(0, len(cached), STREAM_SLICE))
             return StreamingResponse(slices, media_type="application/octet-stream", headers=_headers(plan, "hit"))
-        job = service.submit(plan)
+        job = service.submit(plan, key)
         pieces = service.pcm_stream(plan, job, timings)
         # The first piece is awaited here so that a failure to load or start is a proper error status.
         first = await _until_disconnect(request, anext(pieces, b""))
@@ -419,7 +450,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return StreamingResponse(body_stream(), media_type="application/octet-stream", headers=_headers(plan, "miss"))
 
-    @app.post("/model/unload", response_model=UnloadResult)
+    @app.post("/model/unload", response_model=UnloadResult, dependencies=[Depends(authorized)])
     async def unload(request: Request, engine: str | None = None) -> UnloadResult:
         service = svc(request)
         if engine is not None and engine not in service.engines:

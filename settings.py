@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from scheduler import FairnessPolicy
+
 PROJECT_ROOT = Path(__file__).resolve().parent
 ENV_PREFIX = "POLYTTS_"
 
@@ -125,11 +127,40 @@ class Settings(BaseSettings):
     chunk_chars: int = Field(220, ge=20, le=2000)
     """Cap on every later text chunk (one model call each)."""
 
-    max_inflight: int = Field(8, ge=1, le=10_000)
-    """Synthesis requests admitted at once (running or waiting for the GPU thread); more is a 429."""
+    max_inflight: int = Field(16, ge=1, le=10_000)
+    """Synthesis requests admitted at once (running or waiting for the GPU thread); more is a 429 `server_busy`."""
 
     max_queued_chars: int = Field(20_000, ge=1)
-    """Characters of text admitted but not yet synthesized, across all requests; more is a 429."""
+    """Characters of text admitted but not yet started, across all requests; more is a 429 `server_busy`."""
+
+    api_keys: dict[str, str] = {}
+    """API keys as JSON `{"<secret>": "<name>"}`. When set, synthesis and voice changes need
+    `Authorization: Bearer <secret>`, and the key's name is the request's fairness key."""
+
+    fairness_default_weight: float = Field(1.0, gt=0)
+    """Share of GPU time of a fairness key that `fairness_weights` does not name."""
+
+    fairness_weights: dict[str, float] = {}
+    """Weights per fairness key as JSON, e.g. `{"interactive": 2, "batch": 1}`; only configuration grants weight."""
+
+    idle_state_ttl_s: float = Field(300.0, gt=0)
+    """A key's used GPU time is forgotten once it has been idle this long."""
+
+    max_pending_per_key: int = Field(8, ge=1)
+    """Requests one fairness key may have admitted at once; more is a 429 `fairness_key_queue_full`."""
+
+    max_pending_per_engine: int = Field(32, ge=1)
+    """Requests one engine may have admitted at once; more is a 429 `engine_queue_full`."""
+
+    engine_switch_max_wait_s: float = Field(5.0, ge=0)
+    """While one engine is resident it keeps the GPU thread as long as it has work, until another engine's oldest
+    request has waited this long; then the thread switches (one load) to serve it."""
+
+    max_buffered_pieces: int = Field(8, ge=1)
+    """Audio pieces a response may have waiting to be sent; a slower reader gets no new steps until it catches up."""
+
+    request_timeout_s: float = Field(600.0, ge=0)
+    """A synthesis still running after this long is dropped before its next step (504); 0 means no limit."""
 
     retry_after_seconds: float = Field(2.0, gt=0)
     """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
@@ -154,11 +185,27 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
+        if any(not weight > 0 for weight in self.fairness_weights.values()):
+            raise ValueError("every weight in POLYTTS_FAIRNESS_WEIGHTS must be above 0")
         if self.voice_min_seconds >= self.voice_max_seconds:
             raise ValueError("POLYTTS_VOICE_MIN_SECONDS must be below POLYTTS_VOICE_MAX_SECONDS")
         if self.first_chunk_chars > self.chunk_chars:
             raise ValueError("POLYTTS_FIRST_CHUNK_CHARS must not exceed POLYTTS_CHUNK_CHARS")
         return self
+
+    def fairness_policy(self) -> FairnessPolicy:
+        return FairnessPolicy(
+            default_weight=self.fairness_default_weight,
+            weights=dict(self.fairness_weights),
+            idle_state_ttl_s=self.idle_state_ttl_s,
+            max_pending_per_key=self.max_pending_per_key,
+            max_pending_per_engine=self.max_pending_per_engine,
+            engine_switch_max_wait_s=self.engine_switch_max_wait_s,
+            max_buffered_pieces=self.max_buffered_pieces,
+            max_inflight=self.max_inflight,
+            max_queued_chars=self.max_queued_chars,
+            retry_after=self.retry_after_seconds,
+        )
 
     @property
     def kokoro_onnx_path(self) -> Path:

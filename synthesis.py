@@ -24,7 +24,8 @@ from pcm_cache import PcmCache
 from protocol import ENGINE_PARAMS, TTSRequest
 from registry import VOICE_ID_RE, VoiceEntry, VoiceRegistry
 from residency import ModelManager
-from scheduler import Job, Scheduler
+from metrics import Metrics
+from scheduler import Job, JobCancelled, Scheduler
 from settings import Settings
 from text import chunk_text, normalize_text, resolve_language
 
@@ -67,20 +68,48 @@ class Timings:
     synthesis: float = 0.0
     audio_bytes: int = 0
 
+    ended: float | None = None
+
     def audio_seconds(self) -> float:
         return self.audio_bytes / 2 / self.plan.engine.sample_rate
 
+    def end(self) -> None:
+        self.ended = time.perf_counter()
+
+    @property
+    def total(self) -> float:
+        return (self.ended or time.perf_counter()) - self.started
+
+    @property
+    def time_to_first_audio(self) -> float | None:
+        return self.first_audio - self.started if self.first_audio is not None else None
+
+    @property
+    def real_time_factor(self) -> float | None:
+        """Synthesis time over audio duration (a cache hit has none)."""
+        audio = self.audio_seconds()
+        return self.synthesis / audio if audio and self.cache == "miss" else None
+
     def log(self, outcome: str) -> None:
-        total = time.perf_counter() - self.started
-        audio_s = self.audio_seconds()
-        ttfa = f"{self.first_audio - self.started:.3f}s" if self.first_audio else "-"
-        rtf = f"{self.synthesis / audio_s:.3f}" if audio_s and self.cache == "miss" else "-"
+        ttfa, rtf = self.time_to_first_audio, self.real_time_factor
         log.info(
             "%s outcome=%s engine=%s voice=%s chars=%d chunks=%d cache=%s queue=%.3fs ttfa=%s synth=%.3fs "
             "total=%.3fs audio=%.2fs rtf=%s",
             self.route, outcome, self.plan.engine.name, self.plan.voice_key, len(self.plan.text),
-            len(self.plan.chunks), self.cache, self.queue_wait, ttfa, self.synthesis, total, audio_s, rtf,
+            len(self.plan.chunks), self.cache, self.queue_wait, f"{ttfa:.3f}s" if ttfa is not None else "-",
+            self.synthesis, self.total, self.audio_seconds(), f"{rtf:.3f}" if rtf is not None else "-",
         )  # fmt: skip
+
+    def server_timing(self) -> str:
+        """The `Server-Timing` header: durations in milliseconds, counts as descriptions."""
+        parts = [f"queue;dur={self.queue_wait * 1000:.1f}"]
+        if (ttfa := self.time_to_first_audio) is not None:
+            parts.append(f"ttfa;dur={ttfa * 1000:.1f}")
+        parts += [f"synth;dur={self.synthesis * 1000:.1f}", f"total;dur={self.total * 1000:.1f}"]
+        parts += [f'chars;desc="{len(self.plan.text)}"', f'audio;desc="{self.audio_seconds():.3f}"']
+        if (rtf := self.real_time_factor) is not None:
+            parts.append(f'rtf;desc="{rtf:.3f}"')
+        return ", ".join(parts)
 
 
 class SynthesisService:
@@ -95,6 +124,7 @@ class SynthesisService:
         scheduler: Scheduler,
         wav_cache: WavCache,
         pcm_cache: PcmCache,
+        metrics: Metrics,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -104,6 +134,7 @@ class SynthesisService:
         self.scheduler = scheduler
         self.wav_cache = wav_cache
         self.pcm_cache = pcm_cache
+        self.metrics = metrics
         self._warming: dict[str, asyncio.Task[None]] = {}
 
     def warm(self, name: str) -> None:
@@ -257,6 +288,7 @@ class SynthesisService:
         pcm = self.pcm_cache.get(plan.cache_key)
         if pcm is None and (wav := self.wav_cache.get(plan.cache_key)) is not None:
             pcm = wav_to_pcm(wav)
+        self.metrics.cache.labels("hit" if pcm is not None else "miss").inc()
         return pcm
 
     def cached_wav(self, plan: Plan) -> bytes | None:
@@ -266,22 +298,35 @@ class SynthesisService:
         if wav is None and (pcm := self.pcm_cache.get(plan.cache_key)) is not None:
             wav = pcm_to_wav(pcm, plan.engine.sample_rate)
             self.wav_cache.put(plan.cache_key, wav)
+        self.metrics.cache.labels("hit" if wav is not None else "miss").inc()
         return wav
 
-    def submit(self, plan: Plan) -> Job:
-        """Admit the synthesis (or raise Busy); its steps run on the GPU thread."""
+    def submit(self, plan: Plan, key: str) -> Job:
+        """Admit the synthesis for fairness key `key` (or raise Busy); its steps, one chunk each, run on the GPU
+        thread, interleaved fairly with other requests' steps."""
+        engine = plan.engine
 
-        def steps() -> Iterator[np.ndarray]:
-            self.manager.ensure(plan.engine.name)
+        def steps() -> Iterator[Iterator[np.ndarray]]:
             try:
-                handle = plan.engine.prepare_voice(plan.voice)
                 for chunk in plan.chunks:
-                    self.manager.touch(plan.engine.name)
-                    yield from plan.engine.stream(chunk, handle, plan.options)
+                    # Another request may have switched engines between two steps: load again if so.
+                    self.manager.ensure(engine.name)
+                    handle = engine.prepare_voice(plan.voice)  # cached by the engine after the first time
+                    yield engine.stream(chunk, handle, plan.options)
+                    self.manager.touch(engine.name)
             finally:
-                plan.engine.release()
+                engine.release()
 
-        job = Job(engine=plan.engine.name, chars=len(plan.text), steps=steps, loop=asyncio.get_running_loop())
+        timeout = self.settings.request_timeout_s
+        job = Job(
+            engine=engine.name,
+            chars=len(plan.text),
+            steps=steps,
+            loop=asyncio.get_running_loop(),
+            key=key,
+            deadline=time.monotonic() + timeout if timeout else None,
+            units_total=len(plan.chunks),
+        )
         return self.scheduler.submit(job)
 
     async def pcm_stream(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes]:
@@ -299,7 +344,7 @@ class SynthesisService:
             outcome = "ok"
             self.store(plan, b"".join(pieces))
         except Exception as exc:
-            outcome = "failed"
+            outcome = "timeout" if isinstance(exc, JobCancelled) else "failed"
             if timings.first_audio is None:  # still answerable with an error status
                 log.warning("synthesis failed before any audio (engine=%s): %s", plan.engine.name, exc)
             else:
@@ -310,7 +355,18 @@ class SynthesisService:
             if job.started_at is not None:
                 timings.queue_wait = job.started_at - job.submitted_at
             timings.synthesis = job.gpu_seconds
-            timings.log(outcome)
+            self.finish(timings, outcome)
+
+    def finish(self, timings: Timings, outcome: str) -> None:
+        """A request ended: its one log line, and its metrics."""
+        timings.end()
+        timings.log(outcome)
+        engine = timings.plan.engine.name
+        self.metrics.requests.labels(engine, timings.route, outcome).inc()
+        if (ttfa := timings.time_to_first_audio) is not None and outcome == "ok":
+            self.metrics.time_to_first_audio.labels(engine).observe(ttfa)
+        if (rtf := timings.real_time_factor) is not None and outcome == "ok":
+            self.metrics.real_time_factor.labels(engine).observe(rtf)
 
     def store(self, plan: Plan, pcm: bytes) -> None:
         if not pcm or plan.cache_key is None:

@@ -1,16 +1,438 @@
-"""The GPU thread and admission, driven with plain step generators (no model)."""
+"""The weighted fair queue and the GPU thread, driven deterministically.
+
+FairQueue tests use a hand-advanced clock and jobs that are never run (FairQueue is pure bookkeeping); Scheduler
+and GpuThread tests are real async tests whose steps are plain generators held at threading gates.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pytest
 
 from errors import Busy
-from scheduler import GpuThread, Job, Scheduler
+from scheduler import FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
+
+WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# FairQueue: a fake clock, fake jobs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class Clock:
+    """A clock that only moves when the test says so."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A loop object for Job.loop; FairQueue never touches it."""
+    event_loop = asyncio.new_event_loop()
+    yield event_loop
+    event_loop.close()
+
+
+def fake_steps() -> Iterator[list[np.ndarray]]:
+    for i in range(3):
+        yield [np.full(2, i, dtype=np.float32)]
+
+
+def fake_job(
+    loop: asyncio.AbstractEventLoop,
+    key: str,
+    engine: str = "kokoro",
+    chars: int = 10,
+    deadline: float | None = None,
+) -> Job:
+    return Job(engine=engine, chars=chars, steps=fake_steps, loop=loop, key=key, deadline=deadline)
+
+
+def roomy(**overrides: object) -> FairnessPolicy:
+    """A policy whose admission bounds stay out of the way unless a test sets them."""
+    values: dict[str, object] = {
+        "max_pending_per_key": 1000,
+        "max_pending_per_engine": 1000,
+        "max_inflight": 1000,
+        "max_queued_chars": 10**9,
+    }
+    values.update(overrides)
+    return FairnessPolicy(**values)  # type: ignore[arg-type]
+
+
+def run_shares(queue: FairQueue, clock: Clock, loop: asyncio.AbstractEventLoop, keys: Iterable[str], steps: int,
+               steps_per_job: int = 5, resident: Iterable[str] = ("kokoro",)) -> collections.Counter[str]:
+    """pick -> 1 fake second -> charge, removing each job after `steps_per_job` steps; returns steps per key."""
+    for key in keys:
+        for _ in range(steps):  # more than enough work for every key
+            queue.add(fake_job(loop, key))
+    done: collections.Counter[Job] = collections.Counter()
+    served: collections.Counter[str] = collections.Counter()
+    for _ in range(steps):
+        job = queue.pick(set(resident))
+        assert job is not None
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+        served[job.key] += 1
+        done[job] += 1
+        if done[job] == steps_per_job:
+            queue.remove(job)
+    return served
+
+
+def test_one_keys_jobs_keep_their_order(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(), clock)
+    first, second, third = (queue.add(fake_job(loop, "a")) for _ in range(3))
+    assert [first.id, second.id, third.id] == [1, 2, 3]
+    assert queue.pick({"kokoro"}) is first
+    queue.charge(first, 1.0)
+    assert queue.pick({"kokoro"}) is first  # the head stays the head until it is removed
+    queue.remove(first)
+    assert queue.pick({"kokoro"}) is second
+    queue.remove(second)
+    assert queue.pick({"kokoro"}) is third
+    queue.remove(third)
+    assert queue.pick({"kokoro"}) is None
+    assert queue.stats()["keys"]["a"]["waiting"] == 0
+
+
+def test_weights_share_gpu_time_two_to_one(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(weights={"a": 2.0}, default_weight=1.0), clock)
+    served = run_shares(queue, clock, loop, ["a", "b"], steps=200)
+    assert abs(served["a"] - 133) <= 2 and abs(served["b"] - 67) <= 2, served
+    keys = queue.stats()["keys"]
+    assert keys["a"]["weight"] == 2.0 and keys["b"]["weight"] == 1.0
+    assert keys["a"]["used_gpu_s"] == served["a"] and keys["b"]["used_gpu_s"] == served["b"]
+
+
+def test_default_weight_applies_to_every_unnamed_key(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(weights={"slow": 1.0}, default_weight=2.0), clock)
+    served = run_shares(queue, clock, loop, ["anyone", "slow"], steps=150)
+    assert abs(served["anyone"] - 100) <= 2 and abs(served["slow"] - 50) <= 2, served
+
+
+def test_a_key_name_grants_no_weight_by_itself(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(weights={"a": 2.0}), clock)
+    served = run_shares(queue, clock, loop, ["admin", "interactive", "anonymous"], steps=150)
+    assert all(abs(served[key] - 50) <= 1 for key in ("admin", "interactive", "anonymous")), served
+    assert {key: s["weight"] for key, s in queue.stats()["keys"].items()} == {
+        "admin": 1.0,
+        "interactive": 1.0,
+        "anonymous": 1.0,
+    }
+
+
+def test_a_lone_key_uses_all_capacity(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(weights={"a": 0.1, "idle": 100.0}), clock)
+    queue.add(fake_job(loop, "idle"))
+    queue.remove(queue.pick({"kokoro"}))  # "idle" was busy once, then went idle (its state is kept)
+    job = queue.add(fake_job(loop, "a"))
+    for _ in range(50):
+        assert queue.pick({"kokoro"}) is job
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+    assert queue.stats()["keys"]["a"]["used_gpu_s"] == 50.0
+
+
+def test_a_newly_busy_key_starts_level_with_the_least_served_busy_key(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(), clock)
+    a = queue.add(fake_job(loop, "a"))
+    clock.advance(10.0)
+    queue.charge(a, 100.0)  # "a" has used 100 s, last served at t=10
+    clock.advance(1.0)
+    b = queue.add(fake_job(loop, "b"))
+    order = []
+    for _ in range(10):
+        job = queue.pick({"kokoro"})
+        assert job is not None
+        order.append(job.key)
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+    # Level at 100: the tie goes to the least recently served ("b"), then they alternate; no 100 s catch-up.
+    assert order == ["b", "a"] * 5
+    keys = queue.stats()["keys"]
+    assert keys["a"]["used_gpu_s"] == 105.0 and keys["b"]["used_gpu_s"] == 5.0
+    assert b in queue.keys["b"].jobs
+
+
+def test_a_returning_key_gets_no_credit_for_its_idle_time(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(), clock)
+    a = queue.add(fake_job(loop, "a"))
+    b = queue.add(fake_job(loop, "b"))
+    queue.charge(a, 10.0)
+    queue.charge(b, 10.0)
+    queue.remove(b)  # "b" goes idle at 10 s used while "a" keeps working up to 60 s
+    for _ in range(50):
+        clock.advance(1.0)
+        queue.charge(a, 1.0)
+    queue.add(fake_job(loop, "b"))
+    picks = []
+    for _ in range(6):
+        job = queue.pick({"kokoro"})
+        assert job is not None
+        picks.append(job.key)
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+    assert picks == ["b", "a"] * 3  # "b" comes back level with "a" (60), not 50 s behind it
+
+
+def test_idle_key_state_is_kept_until_the_ttl(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(idle_state_ttl_s=300.0), clock)
+    job = queue.add(fake_job(loop, "a"))
+    clock.advance(1.0)
+    queue.charge(job, 5.0)
+    clock.advance(9.0)
+    queue.remove(job)  # idle from t=10
+    clock.advance(299.9)
+    assert queue.pick({"kokoro"}) is None  # pick (like add) applies the expiry
+    assert queue.stats()["keys"]["a"]["used_gpu_s"] == 5.0
+    clock.advance(0.1)  # idle for exactly the ttl
+    assert queue.pick({"kokoro"}) is None
+    assert "a" not in queue.stats()["keys"]
+    queue.add(fake_job(loop, "a"))
+    assert queue.stats()["keys"]["a"]["used_gpu_s"] == 0.0
+    assert queue.keys["a"].virtual == queue.floor  # forgotten: it starts level with the system, no credit
+
+
+def test_busy_key_state_never_expires(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(idle_state_ttl_s=300.0), clock)
+    job = queue.add(fake_job(loop, "a"))
+    queue.charge(job, 5.0)
+    clock.advance(10_000.0)  # a very long step: the key still has its job
+    assert queue.pick({"kokoro"}) is job
+    assert queue.stats()["keys"]["a"]["used_gpu_s"] == 5.0
+
+
+def test_expiry_counts_from_the_last_activity(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(idle_state_ttl_s=100.0), clock)
+    first = queue.add(fake_job(loop, "a"))
+    queue.charge(first, 3.0)
+    queue.remove(first)
+    clock.advance(90.0)
+    second = queue.add(fake_job(loop, "a"))  # active again before the ttl: state kept
+    queue.charge(second, 2.0)
+    queue.remove(second)
+    clock.advance(99.0)
+    queue.pick({"kokoro"})
+    assert queue.stats()["keys"]["a"]["used_gpu_s"] == 5.0
+    clock.advance(1.0)
+    queue.pick({"kokoro"})
+    assert queue.stats()["keys"] == {}
+
+
+def test_stats_alone_forgets_an_expired_key(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(idle_state_ttl_s=300.0), clock)
+    job = queue.add(fake_job(loop, "a"))
+    queue.charge(job, 5.0)
+    queue.remove(job)
+    clock.advance(1000.0)
+    assert "a" not in queue.stats()["keys"]
+
+
+def test_resident_engine_keeps_the_thread_until_the_switch_bound(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(engine_switch_max_wait_s=5.0), clock)
+    vox = queue.add(fake_job(loop, "b", engine="voxcpm"))  # "b" has used nothing at all
+    kok = queue.add(fake_job(loop, "a", engine="kokoro"))
+    picks = []
+    for _ in range(5):  # t = 0..4: voxcpm's wait is below the bound
+        job = queue.pick({"kokoro"})
+        picks.append(job)
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+    assert picks == [kok] * 5
+    assert queue.keys["a"].used == 5.0 and queue.keys["b"].used == 0.0
+    assert clock() == 5.0  # voxcpm's request has now waited exactly the bound
+    assert queue.pick({"kokoro"}) is vox
+
+
+def test_other_engine_is_served_at_once_when_the_resident_one_has_no_ready_work(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(engine_switch_max_wait_s=5.0, max_buffered_pieces=1), clock)
+    vox = queue.add(fake_job(loop, "b", engine="voxcpm"))
+    kok = queue.add(fake_job(loop, "a", engine="kokoro"))
+    kok.delivered = 1  # its reader is behind: it cannot step
+    assert queue.pick({"kokoro"}) is vox
+    assert queue.pick(set()) is vox  # nothing resident: plain fairness
+
+
+def test_after_an_engine_switch_the_new_engine_keeps_the_thread(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(engine_switch_max_wait_s=5.0), clock)
+    queue.add(fake_job(loop, "a", engine="kokoro"))  # two long syntheses on two engines, one resident at a time
+    queue.add(fake_job(loop, "b", engine="voxcpm"))
+    resident = {"kokoro"}
+    engines = []
+    for _ in range(20):
+        job = queue.pick(resident)
+        assert job is not None
+        engines.append(job.engine)
+        resident = {job.engine}  # the step loads its engine, evicting the other (coload off)
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+    assert engines[:5] == ["kokoro"] * 5
+    assert engines[5:9] == ["voxcpm"] * 4  # actual: voxcpm, kokoro, voxcpm, kokoro, ...
+    switches = sum(x != y for x, y in zip(engines, engines[1:]))
+    assert switches <= 4
+
+
+def test_key_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
+    queue = FairQueue(roomy(max_pending_per_key=2, retry_after=3.0), Clock())
+    queue.add(fake_job(loop, "a"))
+    queue.add(fake_job(loop, "a"))
+    with pytest.raises(Busy) as err:
+        queue.add(fake_job(loop, "a"))
+    assert err.value.status == 429
+    assert err.value.code == "fairness_key_queue_full"
+    assert err.value.headers() == {"Retry-After": "3"}
+    assert "'a' has 2 requests pending" in err.value.message
+    queue.add(fake_job(loop, "b"))  # another key is still admitted
+    stats = queue.stats()
+    assert stats["rejected"] == 1
+    assert stats["keys"]["a"]["rejected"] == 1 and stats["keys"]["b"]["rejected"] == 0
+    assert stats["engines"]["kokoro"] == {"running": 0, "waiting": 3, "rejected": 1}
+
+
+def test_engine_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
+    queue = FairQueue(roomy(max_pending_per_engine=2, retry_after=7.0), Clock())
+    queue.add(fake_job(loop, "a", engine="kokoro"))
+    queue.add(fake_job(loop, "b", engine="kokoro"))
+    with pytest.raises(Busy) as err:
+        queue.add(fake_job(loop, "c", engine="kokoro"))
+    assert err.value.status == 429
+    assert err.value.code == "engine_queue_full"
+    assert err.value.headers() == {"Retry-After": "7"}
+    assert "'kokoro' has 2 requests pending" in err.value.message
+    queue.add(fake_job(loop, "c", engine="voxcpm"))  # another engine is still admitted
+    stats = queue.stats()
+    assert stats["rejected"] == 1
+    assert stats["engines"]["kokoro"]["rejected"] == 1 and stats["engines"]["voxcpm"]["rejected"] == 0
+    assert stats["keys"]["c"]["rejected"] == 1 and stats["keys"]["c"]["waiting"] == 1
+
+
+def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) -> None:
+    queue = FairQueue(roomy(max_inflight=2, retry_after=2.0), Clock())
+    first = queue.add(fake_job(loop, "a"))
+    first.started_at = 1.0  # running jobs count too
+    queue.add(fake_job(loop, "b", engine="voxcpm"))
+    with pytest.raises(Busy) as err:
+        queue.add(fake_job(loop, "c", engine="qwen"))
+    assert err.value.status == 429
+    assert err.value.code == "server_busy"
+    assert err.value.headers() == {"Retry-After": "2"}
+    assert "2 syntheses in flight" in err.value.message
+    queue.remove(first)
+    queue.add(fake_job(loop, "c", engine="qwen"))  # room again
+    stats = queue.stats()
+    assert stats["rejected"] == 1
+    assert stats["keys"]["c"]["rejected"] == 1
+    assert stats["engines"]["qwen"] == {"running": 0, "waiting": 1, "rejected": 1}
+
+
+def test_queued_characters_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) -> None:
+    queue = FairQueue(roomy(max_queued_chars=100, retry_after=0.2), Clock())
+    running = queue.add(fake_job(loop, "a", chars=500))  # an empty queue admits any size
+    running.started_at = 1.0  # started: its text no longer counts as waiting
+    queue.add(fake_job(loop, "b", chars=60))
+    with pytest.raises(Busy) as err:
+        queue.add(fake_job(loop, "c", chars=41))
+    assert err.value.status == 429
+    assert err.value.code == "server_busy"
+    assert err.value.headers() == {"Retry-After": "1"}  # never below one second
+    assert "60 characters waiting" in err.value.message
+    queue.add(fake_job(loop, "c", chars=40))  # exactly at the bound is admitted
+    stats = queue.stats()
+    assert stats["queued_chars"] == 100 and stats["running"] == 1 and stats["waiting"] == 2
+    assert stats["rejected"] == 1 and stats["keys"]["c"]["rejected"] == 1
+    assert stats["engines"]["kokoro"]["rejected"] == 1
+
+
+def test_rejections_are_counted_per_key_and_engine(loop: asyncio.AbstractEventLoop) -> None:
+    queue = FairQueue(roomy(max_pending_per_key=1, max_pending_per_engine=2), Clock())
+    queue.add(fake_job(loop, "a", engine="kokoro"))
+    queue.add(fake_job(loop, "b", engine="kokoro"))
+    for key, engine in [("a", "kokoro"), ("a", "voxcpm"), ("c", "kokoro"), ("b", "voxcpm")]:
+        with pytest.raises(Busy):
+            queue.add(fake_job(loop, key, engine=engine))
+    stats = queue.stats()
+    assert stats["rejected"] == 4
+    assert {key: s["rejected"] for key, s in stats["keys"].items()} == {"a": 2, "b": 1, "c": 1}
+    assert {engine: s["rejected"] for engine, s in stats["engines"].items()} == {"kokoro": 2, "voxcpm": 2}
+
+
+def test_a_job_with_a_full_buffer_is_not_picked(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(max_buffered_pieces=2), clock)
+    slow = queue.add(fake_job(loop, "a"))
+    other = queue.add(fake_job(loop, "b"))
+    queue.charge(other, 50.0)  # "b" is far behind on fairness
+    slow.delivered, slow.consumed = 2, 0
+    assert queue.pick({"kokoro"}) is other
+    slow.consumed = 1  # its reader caught up by one piece
+    assert queue.pick({"kokoro"}) is slow
+    slow.delivered = 3
+    queue.remove(other)
+    assert queue.pick({"kokoro"}) is None  # nothing can step
+    slow.cancel()
+    assert queue.pick({"kokoro"}) is slow  # a cancelled job is picked whatever its buffer, to be dropped
+
+
+def test_a_job_past_its_deadline_is_cancelled_and_still_returned(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock(100.0)
+    queue = FairQueue(roomy(), clock)
+    job = queue.add(fake_job(loop, "a", deadline=105.0))
+    clock.advance(4.9)
+    assert queue.pick({"kokoro"}) is job
+    assert not job.cancelled.is_set() and job.cancel_reason is None
+    clock.advance(0.1)
+    assert queue.pick({"kokoro"}) is job
+    assert job.cancelled.is_set()
+    assert job.cancel_reason is not None and "timed out" in job.cancel_reason
+
+
+def test_an_expired_job_on_another_engine_is_dropped_without_waiting_for_a_switch(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(engine_switch_max_wait_s=60.0), clock)
+    vox = queue.add(fake_job(loop, "b", engine="voxcpm", deadline=1.0))
+    kok = queue.add(fake_job(loop, "a", engine="kokoro"))
+    queue.charge(kok, 10.0)  # "b" is the least served key
+    assert queue.pick({"kokoro"}) is kok  # below the switch bound
+    clock.advance(1.0)
+    assert queue.pick({"kokoro"}) is vox and vox.cancelled.is_set()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Scheduler + GpuThread: real async tests
+# --------------------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -18,123 +440,371 @@ def gpu() -> Iterator[GpuThread]:
     thread = GpuThread()
     thread.start()
     yield thread
-    thread.stop()
+    thread.stop(timeout=WAIT)
 
 
-def make_scheduler(gpu: GpuThread, max_inflight: int = 4, max_queued_chars: int = 100) -> Scheduler:
-    return Scheduler(gpu, max_inflight=max_inflight, max_queued_chars=max_queued_chars, retry_after=3)
+def scheduler_for(gpu: GpuThread, **policy: object) -> Scheduler:
+    return Scheduler(gpu, FairnessPolicy(**policy), lambda: ["kokoro"])  # type: ignore[arg-type]
 
 
-class Steps:
-    """A job's steps that record which thread ran them and can be held at a gate."""
+def piece(value: float) -> np.ndarray:
+    return np.full(2, value, dtype=np.float32)
 
-    def __init__(
-        self,
-        count: int,
-        gate: threading.Event | None = None,
-        fail_at: int | None = None,
-        permits: threading.Semaphore | None = None,
-    ) -> None:
-        self.count = count
-        self.gate = gate
-        self.permits = permits
-        self.fail_at = fail_at
-        self.ran: list[int] = []
-        self.threads: set[int] = set()
-        self.closed = False
 
-    def __call__(self) -> Iterator[np.ndarray]:
+def values(pieces: list[np.ndarray]) -> list[float]:
+    return [float(p[0]) for p in pieces]
+
+
+async def collect(job: Job) -> list[np.ndarray]:
+    async def drain() -> list[np.ndarray]:
+        return [p async for p in job.pieces()]
+
+    return await asyncio.wait_for(drain(), WAIT)
+
+
+async def next_piece(pieces: object) -> np.ndarray:
+    return await asyncio.wait_for(pieces.__anext__(), WAIT)  # type: ignore[attr-defined]
+
+
+def make_job(key: str, steps: object, chars: int = 10, deadline: float | None = None) -> Job:
+    return Job(
+        engine="kokoro", chars=chars, steps=steps, loop=asyncio.get_running_loop(), key=key, deadline=deadline
+    )  # type: ignore[arg-type]
+
+
+async def test_gpu_run_returns_results_and_errors_on_the_gpu_thread(gpu: GpuThread) -> None:
+    assert await gpu.run(threading.get_ident) == gpu.ident != threading.get_ident()
+    assert await gpu.run(pow, 2, 10) == 1024
+
+    def broken() -> None:
+        raise ValueError("bad load")
+
+    with pytest.raises(ValueError, match="bad load"):
+        await gpu.run(broken)
+    assert await gpu.run(lambda: "still serving") == "still serving"
+
+
+async def test_all_steps_run_on_the_gpu_thread_and_pieces_arrive_in_order(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    threads: set[int] = set()
+
+    def unit(i: int) -> Iterator[np.ndarray]:
+        for j in range(2):
+            threads.add(threading.get_ident())
+            yield piece(10 * i + j)
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        for i in range(3):
+            threads.add(threading.get_ident())
+            yield unit(i)
+
+    job = scheduler.submit(make_job("a", steps))
+    assert values(await collect(job)) == [0, 1, 10, 11, 20, 21]
+    assert threads == {gpu.ident} and gpu.ident != threading.get_ident()
+    assert job.started_at is not None and job.gpu_seconds > 0
+    assert job.delivered == job.consumed == 7  # six pieces and the end
+    stats = scheduler.stats()
+    assert stats["running"] == stats["waiting"] == 0
+    assert stats["keys"]["a"]["used_gpu_s"] > 0
+
+
+async def test_two_keys_jobs_both_complete_in_their_own_order(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+
+    def steps(base: int) -> object:
+        def gen() -> Iterator[list[np.ndarray]]:
+            for i in range(5):
+                yield [piece(base + i)]
+
+        return gen
+
+    a = scheduler.submit(make_job("a", steps(0)))
+    b = scheduler.submit(make_job("b", steps(100)))
+    got_a, got_b = await asyncio.gather(collect(a), collect(b))
+    assert values(got_a) == [0, 1, 2, 3, 4] and values(got_b) == [100, 101, 102, 103, 104]
+
+
+async def test_an_engine_error_reaches_the_consumer_and_the_thread_keeps_serving(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    closed = threading.Event()
+
+    def broken() -> Iterator[list[np.ndarray]]:
         try:
-            for i in range(self.count):
-                if self.gate is not None:
-                    self.gate.wait(5)
-                if self.permits is not None:
-                    self.permits.acquire(timeout=5)
-                self.threads.add(threading.get_ident())
-                if i == self.fail_at:
-                    raise RuntimeError("engine broke")
-                self.ran.append(i)
-                yield np.full(4, i, dtype=np.float32)
+            yield [piece(0)]
+            raise RuntimeError("engine broke")
         finally:
-            self.closed = True
+            closed.set()
 
-
-def job(steps: Steps, chars: int = 10) -> Job:
-    return Job(engine="fake", chars=chars, steps=steps, loop=asyncio.get_running_loop())
-
-
-async def test_every_call_and_step_runs_on_the_one_gpu_thread(gpu: GpuThread) -> None:
-    idents = {await gpu.run(threading.get_ident) for _ in range(5)}
-    steps = Steps(3)
-    pieces = [p async for p in make_scheduler(gpu).submit(job(steps)).pieces()]
-    assert [int(p[0]) for p in pieces] == [0, 1, 2]
-    assert idents == steps.threads == {gpu.ident}
-    assert gpu.ident != threading.get_ident()
-
-
-async def test_engine_errors_reach_the_request(gpu: GpuThread) -> None:
-    steps = Steps(3, fail_at=1)
-    submitted = make_scheduler(gpu).submit(job(steps))
-    received = []
+    job = scheduler.submit(make_job("a", broken))
+    pieces = job.pieces()
+    assert values([await next_piece(pieces)]) == [0]
     with pytest.raises(RuntimeError, match="engine broke"):
-        async for piece in submitted.pieces():
-            received.append(piece)
-    assert len(received) == 1 and steps.closed
+        await next_piece(pieces)
+    assert closed.is_set()
+    ran_on: list[int] = []
+
+    def fine() -> Iterator[list[np.ndarray]]:
+        ran_on.append(threading.get_ident())
+        yield [piece(1), piece(2)]
+
+    assert values(await collect(scheduler.submit(make_job("a", fine)))) == [1, 2]
+    assert ran_on == [gpu.ident]
+    assert scheduler.stats()["running"] == 0
 
 
-async def test_in_flight_bound_is_a_429(gpu: GpuThread) -> None:
-    scheduler = make_scheduler(gpu, max_inflight=2)
-    gate = threading.Event()
-    first, second = scheduler.submit(job(Steps(1, gate))), scheduler.submit(job(Steps(1, gate)))
-    with pytest.raises(Busy) as err:
-        scheduler.submit(job(Steps(1)))
-    assert err.value.status == 429 and err.value.code == "server_busy" and err.value.headers() == {"Retry-After": "3"}
-    assert scheduler.stats()["rejected"] == 1
-    gate.set()
-    for submitted in (first, second):
-        assert len([p async for p in submitted.pieces()]) == 1
-    scheduler.submit(job(Steps(1)))  # room again
+async def test_an_error_inside_a_stream_reaches_the_consumer(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    closed = threading.Event()
+
+    def stream() -> Iterator[np.ndarray]:
+        yield piece(0)
+        raise RuntimeError("stream broke")
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        try:
+            yield stream()
+            yield iter([piece(99)])
+        finally:
+            closed.set()
+
+    job = scheduler.submit(make_job("a", steps))
+    received = []
+    with pytest.raises(RuntimeError, match="stream broke"):
+        async for p in job.pieces():
+            received.append(p)
+    assert values(received) == [0] and closed.is_set()
 
 
-async def test_waiting_text_bound_is_a_429(gpu: GpuThread) -> None:
-    scheduler = make_scheduler(gpu, max_inflight=10, max_queued_chars=100)
-    gate = threading.Event()
-    running = scheduler.submit(job(Steps(1, gate), chars=500))  # an empty queue admits any size
-    while scheduler.stats()["running"] == 0:
-        await asyncio.sleep(0.01)
-    waiting = scheduler.submit(job(Steps(1), chars=60))
-    assert scheduler.stats() == {"running": 1, "waiting": 1, "queued_chars": 60, "rejected": 0}
-    with pytest.raises(Busy, match="characters waiting"):
-        scheduler.submit(job(Steps(1), chars=41))
-    gate.set()
-    for submitted in (running, waiting):
-        assert [p async for p in submitted.pieces()]
+async def test_cancelling_after_the_first_piece_stops_before_the_next_step(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    hold = threading.Semaphore(0)  # keeps the thread inside step 0, after its piece, until the test has cancelled
+    started: list[int] = []
+    closed_on: list[int] = []
 
+    def unit(i: int) -> Iterator[np.ndarray]:
+        yield piece(i)
+        assert hold.acquire(timeout=WAIT)
 
-async def test_cancelled_job_stops_before_its_next_step(gpu: GpuThread) -> None:
-    permits = threading.Semaphore(1)  # one step at a time, released by the test
-    steps = Steps(100, permits=permits)
-    submitted = make_scheduler(gpu).submit(job(steps))
-    async for _ in submitted.pieces():
-        submitted.cancel()
-        break
-    for _ in range(10):
-        permits.release()
-    follower = Steps(1)
-    assert len([p async for p in make_scheduler(gpu).submit(job(follower)).pieces()]) == 1
-    # Step 1 may already have been waiting for its permit when the cancel came; nothing after it runs.
-    assert steps.ran in ([0], [0, 1]) and steps.closed
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        try:
+            for i in range(5):
+                started.append(i)
+                yield unit(i)
+        finally:
+            closed_on.append(threading.get_ident())
 
-
-async def test_job_cancelled_while_waiting_never_runs(gpu: GpuThread) -> None:
-    scheduler = make_scheduler(gpu)
-    gate = threading.Event()
-    blocker = scheduler.submit(job(Steps(1, gate)))
-    waiting_steps = Steps(5)
-    waiting = scheduler.submit(job(waiting_steps))
-    waiting.cancel()
-    gate.set()
-    assert len([p async for p in blocker.pieces()]) == 1
-    await gpu.run(lambda: None)  # everything queued before this has run
-    assert waiting_steps.ran == []
+    job = scheduler.submit(make_job("a", steps))
+    pieces = job.pieces()
+    assert values([await next_piece(pieces)]) == [0]
+    job.cancel()
+    hold.release()
+    with pytest.raises(JobCancelled) as err:
+        await next_piece(pieces)
+    assert err.value.status == 504 and err.value.code == "request_timeout"
+    assert "client disconnected" in err.value.message
+    assert started == [0]  # step 1 never began
+    assert closed_on == [gpu.ident]  # the steps generator was closed, on the GPU thread
     assert scheduler.stats()["running"] == scheduler.stats()["waiting"] == 0
+
+
+async def test_cancelling_mid_step_closes_the_stream_without_running_it_to_its_end(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    hold = threading.Semaphore(0)
+    produced: list[int] = []
+    stream_closed = threading.Event()
+    steps_closed = threading.Event()
+
+    def stream() -> Iterator[np.ndarray]:
+        try:
+            for i in range(5):
+                produced.append(i)
+                yield piece(i)
+                if i == 0:
+                    assert hold.acquire(timeout=WAIT)
+        finally:
+            stream_closed.set()
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        try:
+            yield stream()
+            yield iter([piece(99)])
+        finally:
+            steps_closed.set()
+
+    job = scheduler.submit(make_job("a", steps))
+    pieces = job.pieces()
+    assert values([await next_piece(pieces)]) == [0]
+    job.cancel()
+    hold.release()
+    assert values([await next_piece(pieces)]) == [1]  # the piece already being produced is handed over
+    with pytest.raises(JobCancelled):
+        await next_piece(pieces)
+    assert produced == [0, 1]
+    assert stream_closed.is_set() and steps_closed.is_set()
+
+
+async def test_a_job_cancelled_while_waiting_never_runs_its_steps(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    inside, hold = threading.Event(), threading.Event()
+
+    def blocker_stream() -> Iterator[np.ndarray]:
+        yield piece(0)
+        inside.set()
+        assert hold.wait(WAIT)
+
+    def blocker() -> Iterator[Iterator[np.ndarray]]:
+        yield blocker_stream()
+
+    ran: list[str] = []
+
+    def never() -> Iterator[list[np.ndarray]]:
+        ran.append("ran")
+        yield [piece(1)]
+
+    first = scheduler.submit(make_job("a", blocker))
+    assert inside.wait(WAIT)  # the thread is busy with "a"
+    waiting = scheduler.submit(make_job("b", never))
+    waiting.cancel()
+    hold.set()
+    with pytest.raises(JobCancelled) as err:
+        await collect(waiting)
+    assert err.value.status == 504 and err.value.code == "request_timeout"
+    assert ran == [] and waiting.started_at is None and waiting._units is None
+    assert values(await collect(first)) == [0]
+
+
+async def test_a_job_past_its_deadline_is_dropped_with_a_504(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    ran: list[str] = []
+
+    def never() -> Iterator[list[np.ndarray]]:
+        ran.append("ran")
+        yield [piece(1)]
+
+    job = scheduler.submit(make_job("a", never, deadline=time.monotonic() - 1.0))
+    with pytest.raises(JobCancelled) as err:
+        await collect(job)
+    assert err.value.status == 504 and err.value.code == "request_timeout"
+    assert "timed out" in err.value.message
+    assert ran == []
+
+
+async def test_one_off_calls_run_between_steps_of_a_long_job(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    order: list[str] = []
+    permits = threading.Semaphore(0)
+    entered = [threading.Event() for _ in range(4)]
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        for i in range(4):
+            entered[i].set()
+            assert permits.acquire(timeout=WAIT)
+            order.append(f"step{i}")
+            yield [piece(i)]
+
+    job = scheduler.submit(make_job("a", steps))
+    consumer = asyncio.ensure_future(collect(job))
+    loop = asyncio.get_running_loop()
+    for i in range(3):
+        assert entered[i].wait(WAIT)  # the thread is inside step i
+        call = asyncio.ensure_future(gpu.run(order.append, f"call{i}"))
+        loop.call_soon(permits.release)  # runs after the task above has submitted its call
+        await asyncio.wait_for(call, WAIT)
+    permits.release()
+    assert values(await consumer) == [0, 1, 2, 3]
+    assert order == ["step0", "call0", "step1", "call1", "step2", "call2", "step3"]
+
+
+async def test_a_short_job_gets_its_first_piece_after_at_most_one_more_step_of_a_long_one(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    order: list[str] = []
+    permits = threading.Semaphore(0)
+    entered = [threading.Event() for _ in range(10)]
+
+    def long_steps() -> Iterator[list[np.ndarray]]:
+        for i in range(10):
+            entered[i].set()
+            assert permits.acquire(timeout=WAIT)
+            order.append(f"a{i}")
+            yield [piece(i)]
+
+    def short_steps() -> Iterator[list[np.ndarray]]:
+        for i in range(2):
+            order.append(f"b{i}")
+            yield [piece(100 + i)]
+
+    long = scheduler.submit(make_job("a", long_steps))
+    long_pieces = asyncio.ensure_future(collect(long))
+    permits.release(2)
+    assert entered[2].wait(WAIT)  # "a" has run two steps and is inside its third
+    short = scheduler.submit(make_job("b", short_steps))
+    permits.release(8)
+    assert values(await collect(short)) == [100, 101]
+    assert values(await long_pieces) == list(range(10))
+    first_b = order.index("b0")
+    assert order[:first_b] == ["a0", "a1", "a2"]  # only the step under way when "b" arrived
+    assert sorted(order) == sorted([f"a{i}" for i in range(10)] + ["b0", "b1"])
+
+
+async def test_a_slow_reader_gets_no_new_steps_until_it_catches_up(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu, max_buffered_pieces=2)
+    buffered_at_step: list[int] = []
+    holder: list[Job] = []
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        for i in range(10):
+            buffered_at_step.append(holder[0].buffered)
+            yield [piece(i)]
+
+    job = make_job("a", steps)
+    holder.append(job)
+    scheduler.submit(job)
+
+    def other() -> Iterator[list[np.ndarray]]:
+        yield [piece(100)]
+
+    assert values(await collect(scheduler.submit(make_job("b", other)))) == [100]
+    await gpu.run(lambda: None)
+    assert job.delivered <= 2  # nobody read "a": it stopped at its bound while "b" ran to its end
+    assert values(await collect(job)) == list(range(10))
+    assert len(buffered_at_step) == 10 and max(buffered_at_step) < 2
+
+
+def test_a_key_arriving_in_another_keys_gap_between_requests_does_not_monopolise(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(), clock)
+    first = queue.add(fake_job(loop, "a"))
+    for _ in range(100):
+        clock.advance(1.0)
+        queue.charge(first, 1.0)
+    queue.remove(first)  # "a" finished one request; its client sends the next one a moment later
+    clock.advance(0.01)
+    queue.add(fake_job(loop, "b"))  # "b" arrives in that gap
+    clock.advance(0.01)
+    queue.add(fake_job(loop, "a"))
+    picks = []
+    for _ in range(10):
+        job = queue.pick({"kokoro"})
+        assert job is not None
+        picks.append(job.key)
+        clock.advance(1.0)
+        queue.charge(job, 1.0)
+    assert picks.count("a") >= 4
+
+
+def test_weights_must_be_positive() -> None:
+    for weight in (0.0, -1.0):
+        with pytest.raises(ValueError, match="weight"):
+            FairnessPolicy(weights={"z": weight})
+    with pytest.raises(ValueError, match="weight"):
+        FairnessPolicy(default_weight=0.0)
+
+
+async def test_an_unexpected_error_in_a_step_does_not_kill_the_gpu_thread(gpu: GpuThread) -> None:
+    gpu.submit(lambda: None)
+    failing = gpu.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failing.result(2)
+    assert await gpu.run(lambda: "alive") == "alive"

@@ -367,11 +367,13 @@ def test_busy_then_disconnect_frees_the_gpu_thread(tmp_path: Path, assembled_mod
             started = time.perf_counter()
             with client.stream("POST", "/tts/stream", json={"text": LONG_TEXT, "language": "en"}) as long_stream:
                 assert long_stream.status_code == 200
-                next(long_stream.iter_raw())
+                pieces = long_stream.iter_raw()
+                next(pieces)
                 busy = client.post("/tts", json={"text": "Me too?", "language": "en"})
                 assert busy.status_code == 429 and busy.json()["code"] == "server_busy"
                 assert int(busy.headers["retry-after"]) >= 1
-            # The long request hung up after its first chunk; the GPU thread must be free again soon.
+                long_stream.close()  # hang up after the first chunk
+            # The GPU thread must be free again within about one chunk.
             deadline = time.monotonic() + 30
             while client.get("/health").json()["inflight"]["running"] and time.monotonic() < deadline:
                 time.sleep(0.1)

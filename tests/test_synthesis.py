@@ -34,7 +34,7 @@ async def service(tmp_path: Path, assembled_model: Path) -> AsyncIterator[Servic
 
 async def synthesize(service: Service, text: str) -> bytes:
     plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
-    job = service.synthesis.submit(plan)
+    job = service.synthesis.submit(plan, "test")
     return b"".join([pcm async for pcm in service.synthesis.pcm_stream(plan, job, Timings("test", plan))])
 
 
@@ -63,7 +63,7 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
     plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
     received = []
     with pytest.raises(RuntimeError, match="device lost"):
-        async for pcm in service.synthesis.pcm_stream(plan, service.synthesis.submit(plan), Timings("test", plan)):
+        async for pcm in service.synthesis.pcm_stream(plan, service.synthesis.submit(plan, "test"), Timings("test", plan)):
             received.append(pcm)
     assert len(received) == 1
     assert service.synthesis.cached_pcm(plan) is None
@@ -76,10 +76,10 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
 async def test_an_abandoned_stream_caches_nothing_and_frees_the_slot(service: Service) -> None:
     text = " ".join(f"Sentence {i} of many." for i in range(20))
     plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
-    stream = service.synthesis.pcm_stream(plan, service.synthesis.submit(plan), Timings("test", plan))
+    stream = service.synthesis.pcm_stream(plan, service.synthesis.submit(plan, "test"), Timings("test", plan))
     assert await anext(stream)
     with pytest.raises(Busy):  # max_inflight=1
-        service.synthesis.submit(plan)
+        service.synthesis.submit(plan, "test")
     await stream.aclose()  # what a client disconnect does
     while service.scheduler.stats()["running"]:  # the step under way finishes; no further one starts
         await asyncio.sleep(0.05)

@@ -1,0 +1,73 @@
+"""Prometheus metrics (`GET /metrics`): request outcomes and timings as they happen, queue and residency state read
+from the scheduler and the model manager at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _StateCollector(Collector):
+    """Gauges and counters that are read from live state when Prometheus scrapes."""
+
+    def __init__(self, queue_stats: Callable[[], dict[str, Any]], manager_status: Callable[[], dict[str, Any]]) -> None:
+        self.queue_stats = queue_stats
+        self.manager_status = manager_status
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.queue_stats()
+        depth = GaugeMetricFamily("polytts_queue_depth", "Admitted syntheses per engine and state", labels=["engine", "state"])
+        for engine, counts in stats["engines"].items():
+            depth.add_metric([engine, "running"], counts["running"])
+            depth.add_metric([engine, "waiting"], counts["waiting"])
+        yield depth
+        keys = GaugeMetricFamily("polytts_key_queue_depth", "Admitted syntheses per fairness key", labels=["key"])
+        used = CounterMetricFamily("polytts_key_gpu_seconds", "GPU time used per fairness key", labels=["key"])
+        for key, counts in stats["keys"].items():
+            keys.add_metric([key], counts["running"] + counts["waiting"])
+            used.add_metric([key], counts["used_gpu_s"])
+        yield keys
+        yield used
+        units = self.manager_status()["units"]
+        resident = GaugeMetricFamily("polytts_engine_resident", "1 when the engine is loaded", labels=["engine"])
+        loads = CounterMetricFamily("polytts_engine_loads", "Engine loads", labels=["engine"])
+        evictions = CounterMetricFamily("polytts_engine_evictions", "Engine unloads (idle, evicted, operator)", labels=["engine"])
+        for name, unit in units.items():
+            resident.add_metric([name], 1 if unit["resident"] else 0)
+            loads.add_metric([name], unit["loads"])
+            evictions.add_metric([name], unit["evictions"])
+        yield resident
+        yield loads
+        yield evictions
+
+
+class Metrics:
+    def __init__(self, queue_stats: Callable[[], dict[str, Any]], manager_status: Callable[[], dict[str, Any]]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "polytts_requests", "Synthesis requests by engine, route and outcome", ["engine", "route", "outcome"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.time_to_first_audio = Histogram(
+            "polytts_time_to_first_audio_seconds", "From request to its first audio", ["engine"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32), registry=self.registry,
+        )  # fmt: skip
+        self.real_time_factor = Histogram(
+            "polytts_real_time_factor", "Synthesis time over audio duration", ["engine"],
+            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4), registry=self.registry,
+        )  # fmt: skip
+        self.load_seconds = Histogram(
+            "polytts_engine_load_seconds", "Engine load durations", ["engine"],
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=self.registry,
+        )  # fmt: skip
+        self.cache = Counter("polytts_cache_lookups", "Synthesis cache lookups", ["result"], registry=self.registry)
+        self.registry.register(_StateCollector(queue_stats, manager_status))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
