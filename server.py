@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import importlib.util
 import logging
@@ -449,6 +450,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 yield pcm
 
         return StreamingResponse(body_stream(), media_type="application/octet-stream", headers=_headers(plan, "miss"))
+
+    @app.get("/admin/scheduler", dependencies=[Depends(authorized)])
+    async def scheduler_state(request: Request) -> dict[str, Any]:
+        """The fair queue in detail: per engine and per key running, waiting, weight, used GPU time, rejections."""
+        service = svc(request)
+        return {"policy": dataclasses.asdict(service.scheduler.policy), **service.scheduler.stats()}
 
     @app.post("/model/unload", response_model=UnloadResult, dependencies=[Depends(authorized)])
     async def unload(request: Request, engine: str | None = None) -> UnloadResult:

@@ -330,8 +330,10 @@ def bench_ttfa(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError("the long request ended before the short one started; use a longer text")
                 key = key_of(i)
                 with client(key) as short:
+                    keys = short.get("/health").json().get("inflight", {}).get("keys", {})
                     result = measure(short, SHORT_TEXT, voice)
                 result["key"] = key
+                result["key_state_at_start"] = {k: keys[k] for k in (key, "batch") if k in keys}
                 result["long_still_streaming"] = not long.done.is_set()
                 runs.append(result)
         finally:
@@ -395,7 +397,9 @@ async def _share(url: str, args: argparse.Namespace) -> dict[str, Any]:
         while not stop.is_set():
             text = MEDIUM_TEXTS[n % len(MEDIUM_TEXTS)]
             n += 1
-            body = {"text": text, "language": "en", **({"voice_id": voice} if voice else {})}
+            body: dict[str, Any] = {"text": text, "language": "en", **({"voice_id": voice} if voice else {})}
+            if args.share_max_chars:
+                body["max_chars_per_gen"] = args.share_max_chars
             started = time.perf_counter()
             try:
                 response = await client.post("/tts", json=body, headers={"X-Fairness-Key": key})
@@ -427,7 +431,7 @@ async def _share(url: str, args: argparse.Namespace) -> dict[str, Any]:
             before = await used()
             series.append({"t": 0.0, **before})
             while (elapsed := time.perf_counter() - t0) < args.share_seconds:
-                await asyncio.sleep(min(1.0, args.share_seconds - elapsed))
+                await asyncio.sleep(min(0.5, args.share_seconds - elapsed))
                 series.append({"t": round(time.perf_counter() - t0, 2), **await used()})
             after = series[-1]
             wall = after["t"]
@@ -465,6 +469,32 @@ async def _share(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def replay_decisions(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Steps between consecutive /health readings, and whether each went to the key with the least virtual time
+    (used / weight; valid while neither key went idle, which its being kept busy ensures)."""
+    out = []
+    for prev, cur in zip(series, series[1:]):
+        moved = {key: cur[key] - prev[key] for key in WEIGHTS if cur[key] - prev[key] > 1e-6}
+        if not moved:
+            continue
+        virtual = {key: prev[key] / weight for key, weight in WEIGHTS.items()}
+        if len(moved) > 1:
+            out.append({"t": cur["t"], "keys": sorted(moved), "step_s": max(moved.values()), "consistent": None})
+            continue
+        (key, step), = moved.items()
+        least = min(virtual.values())
+        out.append(
+            {
+                "t": cur["t"],
+                "keys": [key],
+                "step_s": round(step, 3),
+                "virtual_before": {k: round(v, 3) for k, v in virtual.items()},
+                "consistent": virtual[key] <= least + 1e-3,
+            }
+        )
+    return out
+
+
 def bench_gpu_share(url: str, args: argparse.Namespace) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=60) as client:
         wait_idle(client)
@@ -476,6 +506,9 @@ def bench_gpu_share(url: str, args: argparse.Namespace) -> dict[str, Any]:
     gold, silver = raw["delta"]["gold"], raw["delta"]["silver"]
     ratio = gold / silver if silver > 0 else float("inf")
     busy = (gold + silver) / raw["wall_s"] if raw["wall_s"] else None
+    decisions = replay_decisions(raw["series"])
+    steps = [d["step_s"] for d in decisions]
+    max_step = max(steps, default=0.0)
     return {
         "goal": "gold/silver GPU time within 10% of 2.0 (1.8 to 2.2)",
         "met": abs(ratio - 2.0) <= 0.2,
@@ -484,6 +517,23 @@ def bench_gpu_share(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "silver_gpu_s": silver,
         "wall_s": raw["wall_s"],
         "gpu_thread_busy_fraction": busy,
+        "cumulative_ratio_since_first_request": raw["after"]["gold"] / raw["after"]["silver"] if raw["after"]["silver"] else None,
+        "granularity": {
+            "what": "GPU time is charged per step (one text chunk); a window cuts steps at both ends, so the ratio of "
+            "deltas is uncertain by about max_step_s * (1/gold + 1/silver), relative",
+            "steps_seen": len(steps),
+            "max_step_s": max_step,
+            "median_step_s": statistics.median(steps) if steps else None,
+            "relative_uncertainty": max_step * (1 / gold + 1 / silver) if gold > 0 and silver > 0 else None,
+        },
+        "scheduler_decisions": {
+            "what": "each step seen in the /health series, checked against the rule: the key that stepped had the "
+            "least used_gpu_s/weight before it (intervals where both keys advanced are ambiguous and skipped)",
+            "checked": sum(d["consistent"] is not None for d in decisions),
+            "consistent": sum(d["consistent"] is True for d in decisions),
+            "inconsistent": [d for d in decisions if d["consistent"] is False],
+            "steps": decisions,
+        },
         "key_state_forgotten_during_window": raw["resets"],
         "weights_configured": WEIGHTS,
         "weights_seen_in_health_before": weights,

@@ -80,6 +80,8 @@ def test_per_key_and_per_engine_limits(tmp_path: Path, assembled_model: Path) ->
                     full = c.post("/tts", json={"text": SHORT}, headers={"X-Fairness-Key": "gamma"})
                     assert full.status_code == 429 and full.json()["code"] == "engine_queue_full"
                     stats = c.get("/health").json()["inflight"]
+                    admin = c.get("/admin/scheduler").json()
+                    assert admin["policy"]["max_pending_per_key"] == 1 and set(admin["keys"]) == set(stats["keys"])
                     assert stats["engines"]["kokoro"]["rejected"] == 2
                     assert stats["keys"]["alpha"]["rejected"] == 1 and stats["keys"]["alpha"]["weight"] == 1.0
         bad = httpx.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": "x" * 65})
