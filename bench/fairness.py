@@ -539,6 +539,7 @@ def bench_gpu_share(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "weights_seen_in_health_before": weights,
         "setup": {
             "in_flight_per_key": args.share_inflight,
+            "max_chars_per_gen": args.share_max_chars or "engine default",
             "route": "/tts",
             "texts": MEDIUM_TEXTS,
             "warmup_s_before_first_reading": args.share_warmup,
@@ -866,9 +867,12 @@ def main() -> int:
     parser.add_argument("--voice", help="voice id or built-in name; default: the server's default voice")
     parser.add_argument("--runs", type=int, default=3, help="N for medians of ttfa and overhead (default 3)")
     parser.add_argument("--load-delay", type=float, default=1.0, help="s after the long request's first audio before a short one")
-    parser.add_argument("--share-seconds", type=float, default=45.0, help="measured window of gpu_share (default 45)")
+    parser.add_argument("--share-seconds", type=float, default=60.0, help="measured window of gpu_share (default 60)")
     parser.add_argument("--share-warmup", type=float, default=5.0, help="s of load before the window starts (default 5)")
     parser.add_argument("--share-inflight", type=int, default=2, help="requests each key keeps in flight (default 2)")
+    parser.add_argument(
+        "--share-max-chars", type=int, default=0, help="gpu_share requests' max_chars_per_gen (default 0: the engine's caps)"
+    )
     parser.add_argument("--overhead-text", choices=["one_sentence", "sixty_words"], default="sixty_words")
     parser.add_argument("--pause", type=float, default=0.5, help="s between overhead runs (default 0.5)")
     parser.add_argument("--cache-runs", type=int, default=50, help="cache hits per route for latency (default 50)")
