@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -124,8 +124,8 @@ def build_service(settings: Settings) -> Service:
     engines = build_engines(settings)
     states = {name: EngineState() for name in engines}
 
-    # The metrics exist only once the manager does; loads report their durations through this indirection.
-    load_times: dict[str, list[Callable[[float], None]]] = {name: [] for name in engines}
+    # Read at scrape time, once the scheduler and the manager below exist.
+    metrics = Metrics(lambda: scheduler.stats(), lambda: manager.status())
 
     def unit(engine: Engine) -> ManagedUnit:
         def loader() -> Engine:
@@ -139,8 +139,7 @@ def build_service(settings: Settings) -> Service:
                 raise EngineLoadError(f"{engine.name} failed to load: {exc}") from exc
             if states[engine.name].status != "warming":  # a warm-up declares itself ready when it is done
                 states[engine.name] = EngineState("ready")
-            for observe in load_times[engine.name]:
-                observe(time.perf_counter() - started)
+            metrics.load_seconds.labels(engine.name).observe(time.perf_counter() - started)
             return engine
 
         default = engine.name == settings.default_engine
@@ -150,9 +149,6 @@ def build_service(settings: Settings) -> Service:
     manager = ModelManager([unit(e) for e in engines.values()], settings.idle_evict_seconds, coload=settings.coload)
     gpu = GpuThread()
     scheduler = Scheduler(gpu, settings.fairness_policy(), manager.resident)
-    metrics = Metrics(scheduler.stats, manager.status)
-    for engine_name, load_seconds in load_times.items():
-        load_seconds.append(metrics.load_seconds.labels(engine_name).observe)
     registry = VoiceRegistry(
         settings.voices_dir,
         families=FAMILIES,
