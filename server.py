@@ -473,8 +473,10 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise SystemExit(f"polytts: port {port} on {host} is already in use; stop the other server or set POLYTTS_PORT")
-        raise SystemExit(f"polytts: cannot bind {host}:{port}: {exc.strerror}")
+            raise SystemExit(
+                f"polytts: port {port} on {host} is already in use; stop the other server or set POLYTTS_PORT"
+            ) from None
+        raise SystemExit(f"polytts: cannot bind {host}:{port}: {exc.strerror}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
