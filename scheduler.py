@@ -375,37 +375,44 @@ class Scheduler:
     def _step(self, job: Job) -> None:
         """Run one step of `job` on the GPU thread, handing each piece over as it is produced."""
         began = time.perf_counter()
+        ending: Any = None  # how the job ends with this step, if it does
         try:
-            if job.cancelled.is_set():
-                self._finish(job, JobCancelled(f"request dropped: {job.cancel_reason}"))
-                return
-            if job._units is None:
-                job.started_at = began
-                job._units = job.steps()
-            unit = next(job._units, None)
-            if unit is None:
-                self._finish(job, _DONE)
-                return
-            try:
-                for piece in unit:
-                    job._deliver(piece)
-                    if job.cancelled.is_set():  # a native stream is closed, not run to its end
-                        break
-            finally:
-                close = getattr(unit, "close", None)
-                if close is not None:
-                    close()
-            job.units_done += 1
-            if job.cancelled.is_set():
-                self._finish(job, JobCancelled(f"request dropped: {job.cancel_reason}"))
-            elif job.units_total is not None and job.units_done >= job.units_total:
-                self._finish(job, _DONE)
+            ending = self._run_unit(job, began)
         except Exception as exc:  # noqa: BLE001 - handed to the request
-            self._finish(job, exc)
+            ending = exc
         finally:
+            # Accounted before the job's end is delivered, so its timings include this step.
             spent = time.perf_counter() - began
             job.gpu_seconds += spent
             self.queue.charge(job, spent)
+            if ending is not None:
+                self._finish(job, ending)
+
+    def _run_unit(self, job: Job, began: float) -> Any:
+        """One unit of the job; returns how the job ends (done or cancelled) when it ends with it, else None."""
+        if job.cancelled.is_set():
+            return JobCancelled(f"request dropped: {job.cancel_reason}")
+        if job._units is None:
+            job.started_at = began
+            job._units = job.steps()
+        unit = next(job._units, None)
+        if unit is None:
+            return _DONE
+        try:
+            for piece in unit:
+                job._deliver(piece)
+                if job.cancelled.is_set():  # a native stream is closed, not run to its end
+                    break
+        finally:
+            close = getattr(unit, "close", None)
+            if close is not None:
+                close()
+        job.units_done += 1
+        if job.cancelled.is_set():
+            return JobCancelled(f"request dropped: {job.cancel_reason}")
+        if job.units_total is not None and job.units_done >= job.units_total:
+            return _DONE
+        return None
 
     def _finish(self, job: Job, outcome: Any) -> None:
         if job._units is not None:

@@ -124,8 +124,9 @@ class Settings(BaseSettings):
     first_chunk_chars: int = Field(60, ge=10, le=2000)
     """Cap on the first text chunk of a request, kept short so the first audio arrives early."""
 
-    chunk_chars: int = Field(220, ge=20, le=2000)
-    """Cap on every later text chunk (one model call each)."""
+    chunk_chars: int = Field(120, ge=20, le=2000)
+    """Cap on every later text chunk (one model call, and one step of the GPU thread, each): a request arriving
+    while a long one runs waits at most for the step under way."""
 
     max_inflight: int = Field(16, ge=1, le=10_000)
     """Synthesis requests admitted at once (running or waiting for the GPU thread); more is a 429 `server_busy`."""
