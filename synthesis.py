@@ -20,11 +20,11 @@ from engines import FAMILIES
 from engines.base import BlendVoice, BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
 from engines.voicepacks import canonical_blend, is_blend, parse_blend
 from errors import InvalidInput, NotFound, PayloadTooLarge, ServiceError, Unavailable
+from metrics import Metrics
 from pcm_cache import PcmCache
 from protocol import ENGINE_PARAMS, TTSRequest
 from registry import VOICE_ID_RE, VoiceEntry, VoiceRegistry
 from residency import ModelManager
-from metrics import Metrics
 from scheduler import Job, JobCancelled, Scheduler
 from settings import Settings
 from text import chunk_text, normalize_text, resolve_language
