@@ -284,10 +284,13 @@ class FairQueue:
         with self._lock:
             now = self.clock()
             self._expire(now)
+            for state in self.keys.values():
+                for job in state.jobs:
+                    if job.deadline is not None and now >= job.deadline:
+                        job.cancel("request timed out")
+                    if job.cancelled.is_set():  # dropping one costs no GPU time: do it first, wherever it waits
+                        return job
             heads = [(key, state.jobs[0]) for key, state in self.keys.items() if state.jobs]
-            for _, job in heads:
-                if job.deadline is not None and now >= job.deadline:
-                    job.cancel("request timed out")
             ready = [
                 (key, job) for key, job in heads if job.cancelled.is_set() or job.buffered < self.policy.max_buffered_pieces
             ]

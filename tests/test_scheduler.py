@@ -808,3 +808,19 @@ async def test_an_unexpected_error_in_a_step_does_not_kill_the_gpu_thread(gpu: G
     with pytest.raises(ZeroDivisionError):
         failing.result(2)
     assert await gpu.run(lambda: "alive") == "alive"
+
+
+def test_a_cancelled_job_is_dropped_first_even_behind_others(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(), clock)
+    head = queue.add(fake_job(loop, "a"))
+    behind = queue.add(fake_job(loop, "a"))
+    late = queue.add(fake_job(loop, "b"))
+    late.deadline = 5.0
+    behind.cancel()
+    assert queue.pick({"kokoro"}) is behind  # not head's turn yet, but dropping it costs nothing
+    queue.remove(behind)
+    clock.advance(6.0)
+    assert queue.pick({"kokoro"}) is late and "timed out" in (late.cancel_reason or "")
+    queue.remove(late)
+    assert queue.pick({"kokoro"}) is head
