@@ -68,6 +68,12 @@ def resolve_model_folder(model: str, patterns: list[str], setting: str) -> Path:
         raise EngineLoadError(f"could not download {model}: {exc}") from exc
 
 
+def weights_revision(folder: Path, weights: list[Path]) -> str:
+    """What identifies loaded weights in cache keys: a hub snapshot's commit, else the sha256 of the first weights
+    file, else "unknown"."""
+    return snapshot_revision(folder) or (file_sha256(weights[0]) if weights else "unknown")
+
+
 def snapshot_revision(folder: Path) -> str | None:
     """The commit a hub snapshot folder is named by, or None for a plain local folder."""
     return folder.name if folder.parent.name == "snapshots" else None

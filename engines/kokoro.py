@@ -15,7 +15,14 @@ from typing import Literal
 
 import numpy as np
 
-from engines.base import BlendVoice, BuiltinVoice, Engine, EngineCaps, SynthesisOptions, VoiceRef
+from engines.base import (
+    BlendVoice,
+    BuiltinVoice,
+    Engine,
+    EngineCaps,
+    SynthesisOptions,
+    VoiceRef,
+)
 from engines.g2p import G2P, choose_english_route
 from engines.voicepacks import PACK_SHAPE, mix
 from errors import InvalidInput

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.base import EngineLoadError
-from engines.hub import file_sha256, resolve_model_folder, snapshot_revision
 from engines.kokoro import KokoroBackend
-from engines.mlx_engine import HUB_FILES, ThreadOwner, mlx_memory, to_numpy
+from engines.mlx_engine import ThreadOwner, load_mlx_model, mlx_memory, to_numpy
 from engines.voicepacks import PACK_SHAPE
 from errors import InvalidInput
 
@@ -54,24 +52,13 @@ class MlxKokoroBackend(KokoroBackend):
         return {symbol: token for token, symbol in self._symbols.items()}
 
     def load(self) -> None:
-        import mlx.core as mx
-        from mlx_audio.tts.utils import load_model
-
         started = time.perf_counter()
-        folder = resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_MLX_KOKORO_MODEL")
-        if not (folder / "config.json").is_file():
-            raise EngineLoadError(f"{folder} has no config.json (POLYTTS_MLX_KOKORO_MODEL)")
-        self.owner.claim()
-        mx.set_cache_limit(self.cache_mb * 1024 * 1024)
-        self._model = load_model(str(folder))
-        self._folder = folder
-        self._symbols = {token: symbol for symbol, token in self._model.vocab.items()}  # type: ignore[attr-defined]
-        weights = sorted(folder.glob("*.safetensors"))
-        revision = snapshot_revision(folder) or (file_sha256(weights[0]) if weights else "unknown")
-        self._checkpoint = f"kokoro-mlx:{self.model_ref}@{revision[:16]}"
-        self.device = str(mx.default_device())
+        loaded = load_mlx_model(self.model_ref, "POLYTTS_MLX_KOKORO_MODEL", self.cache_mb, self.owner)
+        self._model, self._folder, self.device = loaded.model, loaded.folder, loaded.device
+        self._symbols = {token: symbol for symbol, token in self._model.vocab.items()}
+        self._checkpoint = f"kokoro-mlx:{self.model_ref}@{loaded.revision[:16]}"
         self._memory = mlx_memory()
-        log.info("Kokoro MLX loaded from %s on %s in %.2fs", folder, self.device, time.perf_counter() - started)
+        log.info("Kokoro MLX loaded from %s on %s in %.2fs", self._folder, self.device, time.perf_counter() - started)
 
     def unload(self) -> None:
         import mlx.core as mx

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from engines.base import EngineLoadError
-from engines.hub import file_sha256, resolve_model_folder, snapshot_revision
+from engines.hub import resolve_model_folder, weights_revision
 from engines.kokoro import KokoroBackend
 from engines.voicepacks import read_pack
 from errors import InvalidInput
@@ -64,7 +64,7 @@ class TorchBackend(KokoroBackend):
         self._model = model.to(self.device).eval()
         self._folder = folder
         # A hub snapshot folder is named by its commit; a local folder is identified by its weights' hash.
-        revision = snapshot_revision(folder) or file_sha256(weights[0])
+        revision = weights_revision(folder, weights)
         self._checkpoint = f"kokoro-torch:{self.model_ref}@{revision[:16]}"
         self._footprint = sum(p.numel() * p.element_size() for p in model.parameters())
         log.info(

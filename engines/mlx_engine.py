@@ -12,21 +12,21 @@ switch computes them again.
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
-import soundfile as sf
 
-from engines.base import Engine, EngineCaps, EngineLoadError
-from engines.hub import file_sha256, resolve_model_folder, snapshot_revision
+from engines.artefacts import model_key, read_clip, save_array
+from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
+from engines.hub import resolve_model_folder, weights_revision
 
 log = logging.getLogger("polytts.engines.mlx")
 
@@ -63,6 +63,31 @@ class ThreadOwner:
             )
 
 
+@dataclass(frozen=True)
+class LoadedModel:
+    model: Any
+    folder: Path
+    revision: str
+    """What identifies the weights (hub commit or weights hash), for checkpoints."""
+    device: str
+
+
+def load_mlx_model(model_ref: str, setting: str, cache_mb: int, owner: ThreadOwner) -> LoadedModel:
+    """Resolve the weights, make the calling thread the model's owner, cap the allocator cache, and load with
+    mlx-audio's `load_model` (weights evaluated here, on the owner thread)."""
+    import mlx.core as mx
+    from mlx_audio.tts.utils import load_model
+
+    folder = resolve_model_folder(model_ref, HUB_FILES, setting)
+    if not (folder / "config.json").is_file():
+        raise EngineLoadError(f"{folder} has no config.json: not an mlx-audio model folder ({setting})")
+    owner.claim()
+    mx.set_cache_limit(cache_mb * 1024 * 1024)
+    model = load_model(str(folder))
+    revision = weights_revision(folder, sorted(folder.glob("*.safetensors")))
+    return LoadedModel(model, folder, revision, str(mx.default_device()))
+
+
 class MlxEngine(Engine, Generic[Prepared]):
     """An mlx-audio model loaded with `mlx_audio.tts.utils.load_model`."""
 
@@ -96,28 +121,18 @@ class MlxEngine(Engine, Generic[Prepared]):
 
     @property
     def model_key(self) -> str:
-        """Names the per-model folder of prepared voices: another checkpoint never reuses them."""
-        return hashlib.sha256((self._checkpoint or self.model_ref).encode()).hexdigest()[:16]
+        return model_key(self._checkpoint or self.model_ref)
 
     def load(self) -> None:
-        import mlx.core as mx
-        from mlx_audio.tts.utils import load_model
-
         started = time.perf_counter()
-        folder = resolve_model_folder(self.model_ref, HUB_FILES, self.setting)
-        if not (folder / "config.json").is_file():
-            raise EngineLoadError(f"{folder} has no config.json: not an mlx-audio model folder ({self.setting})")
-        self.owner.claim()
-        mx.set_cache_limit(self.cache_mb * 1024 * 1024)
-        self.model = load_model(str(folder))
-        self.folder = folder
-        weights = sorted(folder.glob("*.safetensors"))
-        revision = snapshot_revision(folder) or (file_sha256(weights[0]) if weights else "unknown")
-        self._checkpoint = f"mlx-{self.name}:{self.model_ref}@{revision[:16]}"
+        loaded = load_mlx_model(self.model_ref, self.setting, self.cache_mb, self.owner)
+        self.model, self.folder, self._device = loaded.model, loaded.folder, loaded.device
+        self._checkpoint = f"mlx-{self.name}:{self.model_ref}@{loaded.revision[:16]}"
         self.sample_rate = int(getattr(self.model, "sample_rate", self.sample_rate))
-        self._device = str(mx.default_device())
         self._memory = mlx_memory()
-        log.info("%s (MLX) loaded from %s on %s in %.2fs", self.name, folder, self._device, time.perf_counter() - started)
+        log.info(
+            "%s (MLX) loaded from %s on %s in %.2fs", self.name, self.folder, self._device, time.perf_counter() - started
+        )
 
     def unload(self) -> None:
         import mlx.core as mx
@@ -138,6 +153,10 @@ class MlxEngine(Engine, Generic[Prepared]):
             self.owner.check()
             mx.clear_cache()
             self._memory = mlx_memory()
+
+    def builtin_voices(self) -> list[BuiltinVoice]:
+        """The MLX engines clone from registered clips; Kokoro on MLX is a backend of the Kokoro engine."""
+        return []
 
     # -- prepared voices -------------------------------------------------------------------------------------------
 
@@ -165,11 +184,9 @@ class MlxEngine(Engine, Generic[Prepared]):
             return np.load(cached, allow_pickle=False)
         from scipy.signal import resample_poly
 
-        with sf.SoundFile(source) as clip:
-            samples = clip.read(frames=int(self.max_ref_seconds * clip.samplerate), dtype="float32", always_2d=True)
-            rate = clip.samplerate
+        samples, rate = read_clip(source, self.max_ref_seconds)
         divisor = math.gcd(self.sample_rate, rate)
-        audio = resample_poly(samples.mean(axis=1), self.sample_rate // divisor, rate // divisor).astype(np.float32)
+        audio = resample_poly(samples, self.sample_rate // divisor, rate // divisor).astype(np.float32)
         save_array(cached, audio)
         return audio
 
@@ -193,14 +210,6 @@ def mlx_memory() -> dict[str, int]:
     import mlx.core as mx
 
     return {"active": mx.get_active_memory(), "peak": mx.get_peak_memory(), "cache": mx.get_cache_memory()}
-
-
-def save_array(path: Path, array: np.ndarray) -> None:
-    """Write an array beside its final name, then rename it in: a crash never leaves half an artefact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, array, allow_pickle=False)
-    tmp.replace(path)
 
 
 def to_numpy(audio: object) -> np.ndarray:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions, VoiceRef
-from engines.mlx_engine import MlxEngine, save_array, to_numpy
+from engines.artefacts import save_array
+from engines.base import EngineCaps, SynthesisOptions, VoiceRef
+from engines.mlx_engine import MlxEngine, to_numpy
 from engines.voxcpm import cloned_voice
 from text import Language
 
@@ -45,13 +46,6 @@ class MlxQwenEngine(MlxEngine[QwenVoice]):
         )  # fmt: skip
         self.max_tokens = max_tokens
         self.stream_interval = stream_interval
-
-    @property
-    def footprint(self) -> int:
-        return 0
-
-    def builtin_voices(self) -> list[BuiltinVoice]:
-        return []
 
     def check_language(self, language: Language) -> None:
         """Qwen3-TTS detects the language itself (`lang_code="auto"`)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.base import BuiltinVoice, EngineCaps, Param, SynthesisOptions, VoiceRef
+from engines.base import EngineCaps, Param, SynthesisOptions, VoiceRef
 from engines.mlx_engine import MlxEngine, to_numpy
 from engines.voxcpm import cloned_voice, prompt_sources
 from errors import InvalidInput
@@ -39,13 +39,6 @@ class MlxVoxCPMEngine(MlxEngine[MlxVoxPrompt]):
             max_ref_seconds=max_ref_seconds, caps=caps,
         )  # fmt: skip
         self.max_len = max_len
-
-    @property
-    def footprint(self) -> int:
-        return 0
-
-    def builtin_voices(self) -> list[BuiltinVoice]:
-        return []
 
     def check_language(self, language: Language) -> None:
         """VoxCPM2 reads text as is; the language only keys the cache."""

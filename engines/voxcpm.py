@@ -16,20 +16,26 @@ holds one KV cache, so generations never interleave: the GPU thread runs one at 
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
-import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError, Param, SynthesisOptions, VoiceRef
-from engines.hub import file_sha256, resolve_model_folder, snapshot_revision
+from engines.artefacts import model_key, read_clip, write_atomically
+from engines.base import (
+    BuiltinVoice,
+    Engine,
+    EngineCaps,
+    EngineLoadError,
+    Param,
+    SynthesisOptions,
+    VoiceRef,
+)
+from engines.hub import resolve_model_folder, weights_revision
 from errors import InvalidInput
 from registry import VoiceEntry
 from runtime import torch_device
@@ -64,19 +70,6 @@ def prompt_sources(voice: VoiceEntry) -> tuple[Path, Path | None, str | None]:
     if not voice.x_vector_only_mode:
         return voice.audio_path, voice.audio_path, voice.ref_text
     return voice.audio_path, None, None
-
-
-def _write_atomically(target: Path, write: Callable[[str], object]) -> None:
-    """Let `write` fill a temporary file beside `target`, then rename it in: readers never see half a file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".wav.tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 class VoxCPMEngine(Engine):
@@ -121,8 +114,7 @@ class VoxCPMEngine(Engine):
 
     @property
     def model_key(self) -> str:
-        """Names the per-model folder of prepared prompts: another checkpoint never reuses them."""
-        return hashlib.sha256((self._checkpoint or self.model_ref).encode()).hexdigest()[:16]
+        return model_key(self._checkpoint or self.model_ref)
 
     def load(self) -> None:
         started = time.perf_counter()
@@ -147,7 +139,7 @@ class VoxCPMEngine(Engine):
         model = self._voxcpm.tts_model  # type: ignore[attr-defined]
         self.sample_rate = int(model.sample_rate)
         weights = sorted(folder.glob("model.safetensors")) or sorted(folder.glob("pytorch_model.bin"))
-        revision = snapshot_revision(folder) or (file_sha256(weights[0]) if weights else "unknown")
+        revision = weights_revision(folder, weights)
         self._checkpoint = f"voxcpm:{self.model_ref}@{revision[:16]}"
         self._footprint = sum(p.numel() * p.element_size() for p in model.parameters())
         log.info(
@@ -187,11 +179,8 @@ class VoxCPMEngine(Engine):
     def _trimmed(self, source: Path, target: Path) -> Path:
         """`source` as mono, cut to max_ref_seconds, written the first time it is needed."""
         if not target.is_file():
-            with sf.SoundFile(source) as clip:
-                frames = int(self.max_ref_seconds * clip.samplerate)
-                samples = clip.read(frames=frames, dtype="float32", always_2d=True)
-                rate = clip.samplerate
-            _write_atomically(target, lambda tmp: sf.write(tmp, samples.mean(axis=1), rate, format="WAV", subtype="FLOAT"))
+            samples, rate = read_clip(source, self.max_ref_seconds)
+            write_atomically(target, lambda tmp: sf.write(tmp, samples, rate, format="WAV", subtype="FLOAT"))
         return target
 
     def _prompt_cache(self, prompt: VoxPrompt, denoise: bool) -> dict[str, object]:
@@ -216,7 +205,7 @@ class VoxCPMEngine(Engine):
         target = clip.with_name(clip.stem + ".denoised.wav")
         if not target.is_file():
             denoiser = self._voxcpm.denoiser  # type: ignore[attr-defined]
-            _write_atomically(target, lambda tmp: denoiser.enhance(str(clip), output_path=tmp))
+            write_atomically(target, lambda tmp: denoiser.enhance(str(clip), output_path=tmp))
         return target
 
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
