@@ -30,15 +30,12 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -49,7 +46,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/fairness.py`: the project 
 
 import httpx  # noqa: E402
 
-from bench.stream import CASES, local_server, measure, wait_ready  # noqa: E402
+from bench.stream import CASES, local_server, measure  # noqa: E402
 
 WEIGHTS = {"gold": 2.0, "silver": 1.0}
 SHORT_TEXT = CASES["one_sentence"]
@@ -130,37 +127,6 @@ def _reap_children(grace: float = 10.0) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return left
-
-
-@contextlib.contextmanager
-def cached_server(extra_env: dict[str, str]) -> Iterator[str]:
-    """A server with its caches ON (bench.stream.local_server always turns them off), in a temporary folder."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {
-            **os.environ,
-            **extra_env,
-            "POLYTTS_PORT": str(port),
-            "POLYTTS_VOICES_DIR": f"{tmp}/voices",
-            "POLYTTS_CACHE_DIR": f"{tmp}/cache",
-            "POLYTTS_WAV_CACHE_BYTES": str(64 * 1024 * 1024),
-            "POLYTTS_PCM_CACHE_BYTES": str(512 * 1024 * 1024),
-            "POLYTTS_LOG_LEVEL": "warning",
-        }
-        proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_ready(url)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -834,8 +800,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.url:
                 url = args.url
             else:
-                os.environ.update(server_env)  # bench.stream.local_server passes the environment on, caches off
-                url = stack.enter_context(local_server())
+                url = stack.enter_context(local_server(server_env))
             with httpx.Client(base_url=url, timeout=60) as client:
                 health = client.get("/health").json()
             report["server"] = {
@@ -859,7 +824,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             def cache_figure() -> dict[str, Any]:
                 if cache_url:
                     return {**bench_cache(cache_url, args), "server_url": cache_url}
-                with cached_server(server_env) as local:
+                with local_server(server_env, caches=True) as local:
                     return {**bench_cache(local, args), "server_url": local, "server_started_with": "caches on (default sizes)"}
 
             section(report, "cache_hit", cache_figure)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,20 +38,22 @@ CASES = {
 
 
 @contextmanager
-def local_server() -> Iterator[str]:
+def local_server(extra_env: Mapping[str, str] | None = None, caches: bool = False) -> Iterator[str]:
+    """server.py on a free port in a temporary folder; caches off unless asked (their default sizes then)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             **os.environ,
+            **(extra_env or {}),
             "POLYTTS_PORT": str(port),
             "POLYTTS_VOICES_DIR": f"{tmp}/voices",
             "POLYTTS_CACHE_DIR": f"{tmp}/cache",
-            "POLYTTS_WAV_CACHE_BYTES": "0",
-            "POLYTTS_PCM_CACHE_BYTES": "0",
             "POLYTTS_LOG_LEVEL": "warning",
         }
+        if not caches:
+            env |= {"POLYTTS_WAV_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
         proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env)
         url = f"http://127.0.0.1:{port}"
         try:
@@ -59,7 +61,11 @@ def local_server() -> Iterator[str]:
             yield url
         finally:
             proc.terminate()
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 def wait_ready(url: str, timeout: float = 120.0) -> None:
