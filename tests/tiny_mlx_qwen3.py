@@ -398,8 +398,10 @@ def build_tiny_qwen3_tts(
     """
     import mlx.core as mx
     from mlx.utils import tree_flatten
-
-    from mlx_audio.tts.models.qwen3_tts.config import ModelConfig, Qwen3TTSTokenizerConfig
+    from mlx_audio.tts.models.qwen3_tts.config import (
+        ModelConfig,
+        Qwen3TTSTokenizerConfig,
+    )
     from mlx_audio.tts.models.qwen3_tts.qwen3_tts import Model
     from mlx_audio.tts.models.qwen3_tts.speech_tokenizer import Qwen3TTSSpeechTokenizer
 

@@ -36,15 +36,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-SEED = 1234
+from tiny_tokenizer import write_tokenizer
 
-# Ids the model hard-codes (Model.audio_start_token etc.); the tokenizer reserves them as special tokens.
-AUDIO_TOKENS = {
-    101: "<|audio_start|>",
-    102: "<|audio_end|>",
-    103: "<|ref_audio_start|>",
-    104: "<|ref_audio_end|>",
-}
+SEED = 1234
 
 LM_CONFIG = {
     "bos_token_id": 1,
@@ -112,57 +106,6 @@ SAMPLE_RATE = AUDIO_VAE_CONFIG["out_sample_rate"]
 SAMPLES_PER_PATCH = MODEL_CONFIG["patch_size"] * 8 * 6 * 5 * 2 * 2 * 2  # 7680
 
 
-def _vocabulary() -> dict[str, int]:
-    """Specials, one token per printable ASCII character ("▁" for space), reserved fillers up to the audio tokens at
-    101-104, then the 256 byte-fallback tokens."""
-    tokens = ["<unk>", "<s>", "</s>", "▁"] + [chr(c) for c in range(0x21, 0x7F)]
-    tokens += [f"<|reserved_{i}|>" for i in range(len(tokens), min(AUDIO_TOKENS))]
-    tokens += [AUDIO_TOKENS[i] for i in sorted(AUDIO_TOKENS)]
-    tokens += [f"<0x{b:02X}>" for b in range(256)]
-    vocab = {token: index for index, token in enumerate(tokens)}
-    assert all(vocab[token] == index for index, token in AUDIO_TOKENS.items())
-    return vocab
-
-
-def _write_tokenizer(folder: pathlib.Path) -> int:
-    """Character-level BPE with byte fallback, saved the way `AutoTokenizer` loads it (LlamaTokenizer class)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = _vocabulary()
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=True, byte_fallback=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    tokenizer.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    specials = [token for token in vocab if token in ("<unk>", "<s>", "</s>") or token.startswith("<|")]
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "LlamaTokenizer",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "unk_token": "<unk>",
-        "add_bos_token": True,
-        "add_eos_token": False,
-        "legacy": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": MODEL_CONFIG["max_length"],
-        "added_tokens_decoder": {
-            str(vocab[token]): {
-                "content": token,
-                "lstrip": False,
-                "normalized": False,
-                "rstrip": False,
-                "single_word": False,
-                "special": True,
-            }
-            for token in specials
-        },
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-    return len(vocab)
-
-
 def build_tiny_mlx_voxcpm(folder: pathlib.Path) -> pathlib.Path:
     """Write a tiny random mlx-audio VoxCPM2 checkpoint into `folder` (created if needed) and return it."""
     import mlx.core as mx
@@ -171,7 +114,8 @@ def build_tiny_mlx_voxcpm(folder: pathlib.Path) -> pathlib.Path:
 
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    vocab_size = _write_tokenizer(folder)
+    mlx_tokenizer = {"add_bos_token": True, "add_eos_token": False}
+    vocab_size = write_tokenizer(folder, max_length=MODEL_CONFIG["max_length"], cjk=False, extra_config=mlx_tokenizer)
     config = {**MODEL_CONFIG, "lm_config": {**LM_CONFIG, "vocab_size": vocab_size}}
     (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
 

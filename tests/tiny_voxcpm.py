@@ -17,19 +17,11 @@ import pathlib
 
 import torch
 from safetensors.torch import save_file
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from tiny_tokenizer import write_tokenizer
 
 from engines.voxcpm_import import import_voxcpm
 
 SEED = 1234
-
-# Ids the model hard-codes (VoxCPM2Model.audio_start_token etc.); the tokenizer reserves them as special tokens.
-AUDIO_TOKENS = {
-    101: "<|audio_start|>",
-    102: "<|audio_end|>",
-    103: "<|ref_audio_start|>",
-    104: "<|ref_audio_end|>",
-}
 
 LM_CONFIG = {
     "bos_token_id": 1,
@@ -96,59 +88,6 @@ MODEL_CONFIG = {
 }
 
 
-def _vocabulary() -> dict[str, int]:
-    """Llama layout: specials, one token per ASCII character ("▁" for space), the audio tokens at 101-104, byte
-    fallback tokens, then CJK punctuation, kana, every CJK unified ideograph and the full-width forms."""
-    tokens = ["<unk>", "<s>", "</s>", "▁"] + [chr(c) for c in range(0x21, 0x7F)]
-    tokens += [f"<|reserved_{i}|>" for i in range(len(tokens), min(AUDIO_TOKENS))]
-    tokens += [AUDIO_TOKENS[i] for i in sorted(AUDIO_TOKENS)]
-    tokens += [f"<0x{b:02X}>" for b in range(256)]
-    for first, last in ((0x3000, 0x30FF), (0x4E00, 0x9FFF), (0xFF00, 0xFFEF)):
-        tokens += [chr(c) for c in range(first, last + 1)]
-    vocab = {token: index for index, token in enumerate(tokens)}
-    assert all(vocab[token] == index for index, token in AUDIO_TOKENS.items())
-    return vocab
-
-
-def _special_tokens(vocab: dict[str, int]) -> list[str]:
-    return [token for token in vocab if token in ("<unk>", "<s>", "</s>") or token.startswith("<|")]
-
-
-def _write_tokenizer(folder: pathlib.Path) -> int:
-    """Character-level BPE with byte fallback (so any text encodes), saved the way LlamaTokenizerFast loads it."""
-    vocab = _vocabulary()
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", fuse_unk=True, byte_fallback=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    tokenizer.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    specials = _special_tokens(vocab)
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "LlamaTokenizer",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "unk_token": "<unk>",
-        "legacy": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": MODEL_CONFIG["max_length"],
-        "added_tokens_decoder": {
-            str(vocab[token]): {
-                "content": token,
-                "lstrip": False,
-                "normalized": False,
-                "rstrip": False,
-                "single_word": False,
-                "special": True,
-            }
-            for token in specials
-        },
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-    return len(vocab)
-
-
 def build_tiny_voxcpm(folder: pathlib.Path) -> pathlib.Path:
     """Write a tiny random VoxCPM2 checkpoint into `folder` (created if needed) and return it."""
     import_voxcpm()
@@ -157,7 +96,7 @@ def build_tiny_voxcpm(folder: pathlib.Path) -> pathlib.Path:
     from voxcpm.modules.audiovae import AudioVAEConfigV2, AudioVAEV2
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab_size = _write_tokenizer(folder)
+    vocab_size = write_tokenizer(folder, max_length=MODEL_CONFIG["max_length"], cjk=True)
     config = {**MODEL_CONFIG, "lm_config": {**LM_CONFIG, "vocab_size": vocab_size}}
     (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
 
