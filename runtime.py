@@ -56,6 +56,19 @@ def torch_device(runtime: str) -> str:
     return torch_accelerator() or "cpu"
 
 
+def torch_device_memory(device: str) -> dict[str, int]:
+    """What torch holds on a GPU device, for /health (nothing for the CPU). Imports torch: call only once loaded."""
+    if device == "cuda":
+        import torch
+
+        return {"cuda_allocated": torch.cuda.memory_allocated(), "cuda_reserved": torch.cuda.memory_reserved()}
+    if device == "mps":
+        import torch
+
+        return {"mps_allocated": torch.mps.current_allocated_memory()}
+    return {}
+
+
 def check_runtime(runtime: str, allow_cpu: bool) -> None:
     """Refuse to start when `runtime` demands a GPU that torch cannot see, unless the operator allows the CPU,
     or MLX when mlx-audio is not installed."""

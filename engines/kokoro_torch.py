@@ -17,6 +17,7 @@ from engines.hub import resolve_model_folder, weights_revision
 from engines.kokoro import KokoroBackend
 from engines.voicepacks import read_pack
 from errors import InvalidInput
+from runtime import torch_device_memory
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -97,13 +98,7 @@ class TorchBackend(KokoroBackend):
         return audio.float().cpu().numpy().reshape(-1)
 
     def memory(self) -> dict[str, int]:
-        import torch
-
-        if self.device == "cuda":
-            return {"cuda_allocated": torch.cuda.memory_allocated(), "cuda_reserved": torch.cuda.memory_reserved()}
-        if self.device == "mps":
-            return {"mps_allocated": torch.mps.current_allocated_memory()}
-        return {"weights_bytes": self._footprint if self.loaded else 0}
+        return {"weights_bytes": self._footprint if self.loaded else 0, **torch_device_memory(self.device)}
 
     def describe(self) -> dict[str, object]:
         return {"model": self.model_ref, "folder": str(self._folder) if self._folder else None}

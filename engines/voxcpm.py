@@ -38,7 +38,7 @@ from engines.base import (
 from engines.hub import resolve_model_folder, weights_revision
 from errors import InvalidInput
 from registry import VoiceEntry
-from runtime import torch_device
+from runtime import torch_device, torch_device_memory
 from text import Language
 
 log = logging.getLogger("polytts.engines.voxcpm")
@@ -240,11 +240,7 @@ class VoxCPMEngine(Engine):
         """Nothing to warm without a voice; VoxCPM compiles and warms up itself on CUDA."""
 
     def describe(self) -> dict[str, object]:
-        memory: dict[str, int] = {"weights_bytes": self._footprint if self.loaded else 0}
-        if self.device == "cuda":
-            import torch
-
-            memory |= {"cuda_allocated": torch.cuda.memory_allocated(), "cuda_reserved": torch.cuda.memory_reserved()}
+        memory = {"weights_bytes": self._footprint if self.loaded else 0, **torch_device_memory(self.device)}
         return {
             "backend": "torch",
             "device": self.device,
