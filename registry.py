@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -30,6 +30,7 @@ import soundfile as sf
 from engines import FAMILIES, EngineFamily
 from engines.voicepacks import pack_id, read_pack
 from errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from voice_entry import AUDIO_FILE, META_FILE, PACK_FILE, SEED_FILE, VoiceEntry
 
 log = logging.getLogger("polytts.registry")
 
@@ -37,10 +38,6 @@ VOICE_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
 MAX_REF_TEXT_CHARS = 2000
 
-_AUDIO_FILE = "voice.wav"
-_SEED_FILE = "seed.wav"
-_PACK_FILE = "voice_pack.npy"
-_META_FILE = "meta.json"
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
 # Deleted voices go to a trash name that does not parse as `.trash-<id>-`, so a crash mid-delete never resurrects them.
@@ -91,51 +88,6 @@ class Registration:
     replace: bool = False
     voice_pack: bytes | None = field(default=None, repr=False)
     voice_pack_filename: str = ""
-
-
-@dataclass(frozen=True)
-class VoiceEntry:
-    voice_id: str
-    engine: str
-    ref_text: str
-    x_vector_only_mode: bool
-    seed_text: str | None
-    has_seed_audio: bool
-    created_at: float
-    """Unix seconds."""
-    duration_s: float
-    """Duration of the reference clip."""
-    sample_rate: int
-    folder: Path
-    kind: Literal["clip", "pack"] = "clip"
-    """A reference clip to clone from, or a Kokoro style pack (`voice_pack.npy`)."""
-
-    @property
-    def audio_path(self) -> Path:
-        return self.folder / _AUDIO_FILE
-
-    @property
-    def pack_path(self) -> Path | None:
-        return self.folder / _PACK_FILE if self.kind == "pack" else None
-
-    @property
-    def seed_path(self) -> Path | None:
-        return self.folder / _SEED_FILE if self.has_seed_audio else None
-
-    def public(self) -> dict[str, Any]:
-        """What clients see: no paths, which are this node's business."""
-        return {
-            "voice_id": self.voice_id,
-            "engine": self.engine,
-            "ref_text": self.ref_text,
-            "x_vector_only_mode": self.x_vector_only_mode,
-            "seed_text": self.seed_text,
-            "has_seed_audio": self.has_seed_audio,
-            "created_at": self.created_at,
-            "duration_s": self.duration_s,
-            "sample_rate": self.sample_rate,
-            "kind": self.kind,
-        }
 
 
 @dataclass(frozen=True)
@@ -247,7 +199,7 @@ class VoiceRegistry:
                 "duration_s": clip.duration_s,
                 "sample_rate": clip.sample_rate,
             }
-            files = {_AUDIO_FILE: clip.wav, **({_SEED_FILE: seed.wav} if seed is not None else {})}
+            files = {AUDIO_FILE: clip.wav, **({SEED_FILE: seed.wav} if seed is not None else {})}
             replaced = self._install(voice_id, files, meta)
             entry = VoiceEntry(
                 voice_id=voice_id,
@@ -292,7 +244,7 @@ class VoiceRegistry:
                     code="voice_exists",
                 )
             meta = {"voice_id": voice_id, "engine": reg.engine, "kind": "pack", "created_at": time.time()}
-            self._install(voice_id, {_PACK_FILE: buffer.getvalue()}, meta)
+            self._install(voice_id, {PACK_FILE: buffer.getvalue()}, meta)
             entry = _pack_entry(self.root / voice_id, meta)
             self._index = {**self._index, voice_id: entry}
         log.info("registered voice pack %s (engine %s)", voice_id, reg.engine)
@@ -366,7 +318,7 @@ class VoiceRegistry:
             tmp.mkdir()
             for name, data in files.items():
                 _write_bytes(tmp / name, data)
-            _write_json(tmp / _META_FILE, meta)  # last: a folder with meta.json is a finished one
+            _write_json(tmp / META_FILE, meta)  # last: a folder with meta.json is a finished one
             _fsync_dir(tmp)
             if dest.exists():
                 trash = self.root / f"{_TRASH_PREFIX}{voice_id}-{uuid.uuid4().hex}"
@@ -427,21 +379,21 @@ def _load_entry(folder: Path) -> VoiceEntry | None:
         log.warning("skipping %s: not a folder", folder)
         return None
     try:
-        meta = json.loads((folder / _META_FILE).read_text(encoding="utf-8"))
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        log.warning("skipping voice folder %s: unreadable %s (%s)", folder, _META_FILE, exc)
+        log.warning("skipping voice folder %s: unreadable %s (%s)", folder, META_FILE, exc)
         return None
     if not isinstance(meta, dict) or not isinstance(meta.get("engine"), str) or not meta["engine"]:
-        log.warning("skipping voice folder %s: %s names no engine", folder, _META_FILE)
+        log.warning("skipping voice folder %s: %s names no engine", folder, META_FILE)
         return None
     if meta.get("kind") == "pack":
-        if not (folder / _PACK_FILE).is_file():
-            log.warning("skipping voice folder %s: no %s", folder, _PACK_FILE)
+        if not (folder / PACK_FILE).is_file():
+            log.warning("skipping voice folder %s: no %s", folder, PACK_FILE)
             return None
         return _pack_entry(folder, meta)
-    audio_path = folder / _AUDIO_FILE
+    audio_path = folder / AUDIO_FILE
     if not audio_path.is_file():
-        log.warning("skipping voice folder %s: no %s", folder, _AUDIO_FILE)
+        log.warning("skipping voice folder %s: no %s", folder, AUDIO_FILE)
         return None
     try:
         if "duration_s" in meta and "sample_rate" in meta:
@@ -457,7 +409,7 @@ def _load_entry(folder: Path) -> VoiceEntry | None:
             ref_text="" if ref_text is None else str(ref_text),
             x_vector_only_mode=bool(meta.get("x_vector_only_mode", False)),
             seed_text=None if seed_text is None else str(seed_text),
-            has_seed_audio=(folder / _SEED_FILE).is_file(),
+            has_seed_audio=(folder / SEED_FILE).is_file(),
             created_at=float(meta["created_at"]) if "created_at" in meta else folder.stat().st_mtime,
             duration_s=duration_s,
             sample_rate=sample_rate,

@@ -34,7 +34,8 @@ from engines.kokoro import KokoroEngine
 from engines.mlx_qwen import MlxQwenEngine
 from engines.mlx_voxcpm import MlxVoxCPMEngine
 from engines.voxcpm import VoxCPMEngine
-from errors import ClientDisconnected, Conflict, InvalidInput, Unauthorized, install_error_handlers
+from errors import ClientDisconnected, Conflict, InvalidInput, Unauthorized
+from http_errors import install_error_handlers
 from metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from metrics import Metrics
 from pcm_cache import PcmCache

@@ -23,7 +23,8 @@ from errors import InvalidInput, NotFound, PayloadTooLarge, ServiceError, Unavai
 from metrics import Metrics
 from pcm_cache import PcmCache
 from protocol import ENGINE_PARAMS, TTSRequest
-from registry import VOICE_ID_RE, VoiceEntry, VoiceRegistry
+from registry import VOICE_ID_RE, VoiceRegistry
+from voice_entry import VoiceEntry
 from residency import ModelManager
 from scheduler import Job, JobCancelled, Scheduler
 from settings import Settings

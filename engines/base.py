@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from errors import Unavailable
-from registry import VoiceEntry
+from voice_entry import VoiceEntry
 from text import Language
 
 

@@ -26,7 +26,7 @@ from engines.base import (
 from engines.g2p import G2P, choose_english_route
 from engines.voicepacks import PACK_SHAPE, mix
 from errors import InvalidInput
-from registry import VoiceEntry
+from voice_entry import VoiceEntry
 from runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text import Language
 

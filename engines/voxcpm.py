@@ -37,7 +37,7 @@ from engines.base import (
 )
 from engines.hub import resolve_model_folder, weights_revision
 from errors import InvalidInput
-from registry import VoiceEntry
+from voice_entry import VoiceEntry
 from runtime import torch_device, torch_device_memory
 from text import Language
 

@@ -11,7 +11,7 @@ import pytest
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
 from errors import InvalidInput
-from registry import VoiceEntry
+from voice_entry import VoiceEntry
 from text import resolve_language
 
 CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)

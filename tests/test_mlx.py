@@ -16,7 +16,8 @@ from engines.kokoro import KokoroEngine
 from engines.mlx_engine import WrongThread
 from engines.mlx_qwen import MlxQwenEngine
 from engines.mlx_voxcpm import MlxVoxCPMEngine
-from registry import Registration, VoiceEntry, VoiceRegistry
+from registry import Registration, VoiceRegistry
+from voice_entry import VoiceEntry
 from scheduler import GpuThread
 from text import resolve_language
 

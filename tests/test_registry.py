@@ -133,7 +133,7 @@ def test_register_with_seed(reg: VoiceRegistry) -> None:
     public = entry.public()
     assert set(public) == {
         "voice_id", "engine", "ref_text", "x_vector_only_mode", "seed_text",
-        "has_seed_audio", "created_at", "duration_s", "sample_rate", "kind",
+        "has_seed_audio", "created_at", "duration_s", "sample_rate", "kind", "language",
     }  # fmt: skip
     json.dumps(public)
 

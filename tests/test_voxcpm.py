@@ -17,7 +17,8 @@ from conftest import ROOT, wav_clip
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.voxcpm import VoxCPMEngine
 from errors import InvalidInput
-from registry import Registration, VoiceEntry, VoiceRegistry
+from registry import Registration, VoiceRegistry
+from voice_entry import VoiceEntry
 from text import resolve_language
 
 MAX_LEN = 16  # audio patches per generation: the random model never stops by itself
