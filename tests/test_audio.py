@@ -244,7 +244,9 @@ def test_encode_whole_wav_is_the_exact_length_wav_post_tts_sends() -> None:
     [("opus", 22_050, 24_000), ("opus", 44_100, 48_000), ("opus", 16_000, 16_000), ("mp3", 96_000, 48_000),
      ("aac", 22_050, 22_050), ("flac", 22_050, 22_050), ("wav", 22_050, 22_050), ("pcm", 11_025, 11_025)],
 )  # fmt: skip
-def test_a_rate_the_codec_does_not_take_is_resampled_on_the_way_in(fmt: AudioFormat, rate: int, encoded_at: int) -> None:
+def test_a_rate_the_codec_does_not_take_is_resampled_on_the_way_in(
+    fmt: AudioFormat, rate: int, encoded_at: int
+) -> None:
     assert codec_sample_rate(fmt, rate) == encoded_at
     pcm = speech_like(rate, rate)  # one second
     encoder = open_encoder(fmt, rate)
