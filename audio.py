@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, get_args
@@ -18,9 +19,11 @@ import numpy as np
 
 SAMPLE_WIDTH = 2  # bytes per s16le sample
 WAV_HEADER_BYTES = 44
+FEED_SLICE_SECONDS = 0.2
+"""Audio per `Encoder.feed_sliced` step: a compressed format takes a few milliseconds to encode this much."""
 STREAMING_WAV_SIZE = 0xFFFFFFFF
 """RIFF and data chunk size of a WAV whose length is not known when its header is sent: what FFmpeg's own wav
-muxer writes to a pipe, and what FFmpeg (so Chromium), libsndfile and Firefox read as "samples until the end"."""
+muxer writes to a pipe, and what FFmpeg (Chromium's decoder) and libsndfile read as "samples until the end"."""
 
 AudioFormat = Literal["pcm", "wav", "mp3", "opus", "aac", "flac"]
 AUDIO_FORMATS: tuple[AudioFormat, ...] = get_args(AudioFormat)
@@ -80,7 +83,8 @@ def wav_to_pcm(wav: bytes) -> bytes:
 class Encoder(ABC):
     """Encodes one response: `feed` PCM as it arrives and send what it returns, then send what `finish` returns.
 
-    Not thread-safe; one per response. `close` releases an encoder that will not be finished (the client left).
+    Not thread-safe; one per response, used by one thread at a time (the codec calls release the GIL, so a worker
+    thread can encode while the event loop serves). `close` releases an encoder that will not be finished.
     """
 
     media_type: str
@@ -88,6 +92,16 @@ class Encoder(ABC):
     @abstractmethod
     def feed(self, pcm: bytes) -> bytes:
         """Encode s16le mono samples; returns every byte the format has ready (possibly none)."""
+
+    def feed_sliced(self, pcm: bytes) -> Iterator[bytes]:
+        """`feed` a long piece a slice at a time, yielding each slice's bytes that are ready (never empty ones).
+
+        A codec encoder takes FEED_SLICE_SECONDS of audio per step: the first bytes of a piece leave once its first
+        slice is encoded, not the whole piece, and each step holds the caller's thread for a few milliseconds. PCM
+        and WAV, which cost nothing, pass the piece through whole."""
+        out = self.feed(pcm)
+        if out:
+            yield out
 
     @abstractmethod
     def finish(self) -> bytes:
@@ -181,6 +195,7 @@ class _AvEncoder(Encoder):
         self.media_type = MEDIA_TYPES[fmt]
         self._rate = sample_rate
         self._time_base = Fraction(1, sample_rate)
+        self._slice_bytes = max(1, round(FEED_SLICE_SECONDS * sample_rate)) * SAMPLE_WIDTH
         self._samples = 0
         self._odd_byte = b""
         self._finished = False
@@ -215,6 +230,13 @@ class _AvEncoder(Encoder):
             self._samples += samples.size
             self._mux(frame)
         return self._sink.take()
+
+    def feed_sliced(self, pcm: bytes) -> Iterator[bytes]:
+        step = self._slice_bytes
+        for start in range(0, len(pcm), step):
+            out = self.feed(pcm[start : start + step])
+            if out:
+                yield out
 
     def finish(self) -> bytes:
         if self._finished:

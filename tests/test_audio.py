@@ -14,6 +14,7 @@ import soundfile as sf
 
 from audio import (
     AUDIO_FORMATS,
+    FEED_SLICE_SECONDS,
     MEDIA_TYPES,
     STREAMING_WAV_SIZE,
     AudioFormat,
@@ -192,6 +193,23 @@ def test_each_feed_returns_what_the_codec_has_ready(fmt: AudioFormat, rate: int)
         assert audio_out > 0, f"{fmt}: nothing decodable after the first {fed} samples"
         assert fed - audio_out <= held_back(fmt, rate), f"{fmt}: {fed - audio_out} of {fed} samples held back"
     encoder.finish()
+
+
+@pytest.mark.parametrize("fmt", AUDIO_FORMATS)
+def test_a_long_piece_fed_in_slices_leaves_slice_by_slice(fmt: AudioFormat) -> None:
+    """The first bytes of a 3 s piece leave after its first 0.2 s slice is encoded, not after all 3 s."""
+    rate = 24_000
+    pcm = speech_like(3 * rate, rate)
+    encoder = open_encoder(fmt, rate)
+    outputs = list(encoder.feed_sliced(pcm.tobytes()))
+    assert all(outputs)
+    if fmt in ("pcm", "wav"):
+        assert len(outputs) == 1  # nothing to wait for: the piece passes whole
+    else:
+        assert len(outputs) >= 3 / FEED_SLICE_SECONDS - 1
+        first, _ = decode(outputs[0], fmt, rate)
+        assert first.size > 0
+    assert_decodes_to(b"".join(outputs) + encoder.finish(), fmt, pcm, rate)
 
 
 def test_a_streamed_wav_header_is_the_one_ffmpeg_writes_to_a_pipe() -> None:

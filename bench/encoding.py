@@ -1,0 +1,255 @@
+"""Encoding benchmark: what the streaming encoders add to the time to first byte and to the total time.
+
+    python bench/encoding.py                       # both parts; the HTTP part starts server.py (caches off)
+    python bench/encoding.py --url URL             # HTTP part against a running server (start it with caches off:
+                                                   #   POLYTTS_WAV_CACHE_BYTES=0 POLYTTS_PCM_CACHE_BYTES=0)
+    python bench/encoding.py --only in-process     # no server: the encoders over Kokoro PCM made in this process
+
+HTTP: `POST /v1/audio/speech` with the 60-word text of bench/stream.py as `mp3`, `opus` and `pcm` (the formats
+interleaved run by run), time to first byte and total time; encoding's cost is each format's median against `pcm`'s.
+In-process: the default engine speaks the same text chunk by chunk as the service does, and every format's encoder
+is fed those pieces, timed alone: its share of synthesis plus encoding, its cost per second of audio, and the delay
+from the first PCM to the first encoded byte. Goal (issue 12): encoding adds at most 5% to the total time and at
+most 50 ms to the first byte. Writes one JSON file (default `bench/results/encoding-<UTC time>.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python bench/encoding.py`: the project and `bench.*` importable
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from audio import AUDIO_FORMATS, open_encoder, to_pcm16  # noqa: E402
+from bench.fairness import host_info, stats  # noqa: E402
+from bench.stream import CASES, local_server  # noqa: E402
+from settings import load_settings  # noqa: E402
+
+TEXT = CASES["sixty_words"]
+HTTP_FORMATS = ("mp3", "opus", "pcm")
+GOAL_TOTAL_SHARE = 0.05
+GOAL_FIRST_BYTE_S = 0.050
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HTTP: POST /v1/audio/speech
+
+
+def speak(client: httpx.Client, fmt: str, voice: str) -> dict[str, Any]:
+    body = {"model": "tts-1", "input": TEXT, "voice": voice, "response_format": fmt}
+    started = time.perf_counter()
+    first = None
+    size = 0
+    with client.stream("POST", "/v1/audio/speech", json=body) as response:
+        response.raise_for_status()
+        for chunk in response.iter_raw():
+            if chunk and first is None:
+                first = time.perf_counter() - started
+            size += len(chunk)
+    total = time.perf_counter() - started
+    return {"ttfb_s": first if first is not None else total, "total_s": total, "bytes": size,
+            "cache": response.headers.get("x-cache", "")}  # fmt: skip
+
+
+def bench_http(url: str, runs: int, voice: str, api_key: str | None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    raw: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in HTTP_FORMATS}
+    with httpx.Client(base_url=url, timeout=600, headers=headers) as client:
+        for fmt in HTTP_FORMATS:
+            speak(client, fmt, voice)  # lazy set-up (engine warm-up, codec tables) is not what we measure
+        for i in range(runs):
+            order = HTTP_FORMATS if i % 2 == 0 else HTTP_FORMATS[::-1]
+            for fmt in order:
+                raw[fmt].append(speak(client, fmt, voice))
+    summary: dict[str, Any] = {}
+    pcm_ttfb = stats([r["ttfb_s"] for r in raw["pcm"]])["median"]
+    pcm_total = stats([r["total_s"] for r in raw["pcm"]])["median"]
+    for fmt, results in raw.items():
+        ttfb, total = stats([r["ttfb_s"] for r in results]), stats([r["total_s"] for r in results])
+        entry: dict[str, Any] = {"ttfb_s": ttfb, "total_s": total, "bytes": results[-1]["bytes"],
+                                 "cache_hits": sum(r["cache"] == "hit" for r in results), "runs": results}  # fmt: skip
+        if fmt != "pcm":
+            entry["added_ttfb_s"] = ttfb["median"] - pcm_ttfb
+            entry["added_total_share"] = total["median"] / pcm_total - 1
+            entry["meets_goal"] = entry["added_ttfb_s"] <= GOAL_FIRST_BYTE_S and (
+                entry["added_total_share"] <= GOAL_TOTAL_SHARE
+            )
+        summary[fmt] = entry
+    return {"url": url, "voice": voice, "runs": runs, "formats": summary}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# In-process: the encoders over real PCM of the default engine
+
+
+def synthesize(voice_name: str | None) -> dict[str, Any]:
+    """The 60-word text through the default engine as the service chunks it: each PCM piece with the time, from the
+    start, at which it was ready."""
+    from engines.base import SynthesisOptions
+    from server import build_engines
+    from text import chunk_text, resolve_language
+
+    settings = load_settings()
+    engine = build_engines(settings)[settings.default_engine]
+    engine.load()
+    try:
+        engine.warmup()
+        name = voice_name or settings.default_voice
+        voice = next((v for v in engine.builtin_voices() if v.name == name), None)
+        if voice is None:
+            raise SystemExit(f"{name!r} is not a built-in voice of {engine.name}; pass --voice")
+        caps = engine.caps
+        chunks = chunk_text(
+            TEXT, caps.first_chunk_chars or caps.max_chunk_chars, caps.max_chunk_chars, caps.max_sentences
+        )
+        options = SynthesisOptions(language=resolve_language("en"), params=dict(engine.params))
+        pieces: list[tuple[float, bytes]] = []
+        started = time.perf_counter()
+        for chunk in chunks:
+            handle = engine.prepare_voice(voice)
+            for samples in engine.stream(chunk, handle, options):
+                pieces.append((time.perf_counter() - started, to_pcm16(samples)))
+        engine.release()
+        return {"engine": engine.name, "voice": name, "sample_rate": engine.sample_rate,
+                "synth_s": time.perf_counter() - started, "pieces": pieces}  # fmt: skip
+    finally:
+        engine.unload()
+
+
+def encode_timed(fmt: str, pieces: list[tuple[float, bytes]], rate: int) -> dict[str, Any]:
+    """One response's encoding as the service does it: the encoder opened before the first PCM (its container header
+    ready at once), each piece fed in slices (`Encoder.feed_sliced`), then finished; every call timed.
+
+    first_byte_s runs from the first PCM piece to the first encoded audio (past the header): the encoder's time on
+    the first slice, plus, should a piece be too short for a codec frame, the wait for the next pieces' synthesis.
+    """
+    started = time.perf_counter()
+    encoder = open_encoder(fmt, rate)  # type: ignore[arg-type]
+    size = len(encoder.feed(b""))  # the container's header, if any
+    open_s = time.perf_counter() - started
+    spent = 0.0
+    first_byte = None
+    for ready_at, pcm in pieces:
+        began = time.perf_counter()
+        for out in encoder.feed_sliced(pcm):
+            if first_byte is None:
+                first_byte = (ready_at - pieces[0][0]) + spent + time.perf_counter() - began
+            size += len(out)
+        spent += time.perf_counter() - began
+    began = time.perf_counter()
+    size += len(encoder.finish())
+    spent += time.perf_counter() - began
+    return {"open_s": open_s, "encode_s": open_s + spent, "first_byte_s": first_byte or spent, "bytes": size}
+
+
+def bench_in_process(voice: str | None, runs: int) -> dict[str, Any]:
+    speech = synthesize(voice)
+    pieces, rate = speech["pieces"], speech["sample_rate"]
+    audio_s = sum(len(pcm) for _, pcm in pieces) / 2 / rate
+    formats: dict[str, Any] = {}
+    for fmt in AUDIO_FORMATS:
+        encode_timed(fmt, pieces, rate)  # first use loads the codec's tables
+        results = [encode_timed(fmt, pieces, rate) for _ in range(runs)]
+        encode_s = stats([r["encode_s"] for r in results])
+        first_byte = stats([r["first_byte_s"] for r in results])
+        open_s = stats([r["open_s"] for r in results])
+        share = encode_s["median"] / (speech["synth_s"] + encode_s["median"])
+        formats[fmt] = {
+            "encode_s": encode_s,
+            "open_s": open_s,
+            "encode_s_per_audio_s": encode_s["median"] / audio_s,
+            "share_of_total": share,
+            "first_byte_delay_s": first_byte,
+            "bytes": results[-1]["bytes"],
+            "kbit_per_s": results[-1]["bytes"] * 8 / audio_s / 1000,
+            "meets_goal": share <= GOAL_TOTAL_SHARE and first_byte["median"] <= GOAL_FIRST_BYTE_S,
+        }
+    return {
+        "engine": speech["engine"],
+        "voice": speech["voice"],
+        "sample_rate": rate,
+        "audio_s": audio_s,
+        "synth_s": speech["synth_s"],
+        "first_pcm_s": pieces[0][0],
+        "pieces": len(pieces),
+        "piece_s": [round(len(pcm) / 2 / rate, 3) for _, pcm in pieces],
+        "runs": runs,
+        "how": "synth_s: the text spoken once, chunk by chunk; encode_s: each format's encoder fed those pieces in "
+        "slices (open + feeds + finish), median of runs; share_of_total: encode_s / (synth_s + encode_s), encoding "
+        "serial with synthesis (the worst case; a pipelined encoder adds only its last piece and finish); "
+        "first_byte_delay_s: from the first PCM piece to the first encoded audio, the encoder opened and its "
+        "header sent beforehand (open_s)",
+        "formats": formats,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def report_lines(report: dict[str, Any]) -> Iterator[str]:
+    local = report.get("in_process")
+    if local:
+        yield f"in-process: {local['engine']} {local['audio_s']:.2f}s of audio in {local['synth_s']:.2f}s"
+        for fmt, r in local["formats"].items():
+            ms = {key: r[key]["median"] * 1000 for key in ("encode_s", "open_s", "first_byte_delay_s")}
+            yield (
+                f"  {fmt:>4}: encode {ms['encode_s']:7.1f} ms ({r['encode_s_per_audio_s'] * 1000:5.2f} ms per audio s, "
+                f"{r['share_of_total']:.2%} of total; open {ms['open_s']:4.1f} ms)  "
+                f"first audio +{ms['first_byte_delay_s']:5.1f} ms  {r['kbit_per_s']:6.1f} kbit/s"
+            )
+    http = report.get("http")
+    if http:
+        yield f"http {http['url']}:"
+        for fmt, r in http["formats"].items():
+            added = f"  (+{r['added_ttfb_s'] * 1000:.0f} ms, {r['added_total_share']:+.1%})" if fmt != "pcm" else ""
+            yield f"  {fmt:>4}: ttfb {r['ttfb_s']['median']:.3f}s  total {r['total_s']['median']:.3f}s{added}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="a running server (caches off) for the HTTP part; default: start one")
+    parser.add_argument("--only", choices=("http", "in-process"), help="run one part only")
+    parser.add_argument("--runs", type=int, default=5, help="HTTP requests per format, encodings per format")
+    parser.add_argument("--voice", help="a built-in voice (over HTTP, any voice); default: POLYTTS_DEFAULT_VOICE's")
+    parser.add_argument("--api-key", help="sent as Authorization: Bearer")
+    parser.add_argument("--out", type=Path, help="JSON output path")
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "benchmark": "encoding",
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host_info(),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "goal": {"added_total_share": GOAL_TOTAL_SHARE, "added_first_byte_s": GOAL_FIRST_BYTE_S},
+        "words": len(TEXT.split()),
+    }
+    if args.only != "http":
+        report["in_process"] = bench_in_process(args.voice, args.runs)
+    if args.only != "in-process":
+        with ExitStack() as stack:
+            url = args.url or stack.enter_context(local_server())
+            report["http"] = bench_http(url, args.runs, args.voice or load_settings().default_voice, args.api_key)
+    out = args.out or ROOT / "bench" / "results" / f"encoding-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    for line in report_lines(report):
+        sys.stdout.write(line + "\n")
+    sys.stdout.write(f"wrote {out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
