@@ -209,7 +209,8 @@ class _AvEncoder(Encoder):
             self._stream.layout = "mono"
             if codec.bit_rate:
                 self._stream.bit_rate = codec.bit_rate
-            # Opens the codec and writes the container's header now, so it leaves with the first audio.
+            # Opens the codec and writes the container's header now: the first feed returns it, even an empty feed
+            # made before any PCM exists, so a response can send it while the first audio is being synthesized.
             self._container.start_encoding()
         except BaseException:
             self._container.close()
@@ -218,7 +219,7 @@ class _AvEncoder(Encoder):
     def feed(self, pcm: bytes) -> bytes:
         if self._finished:
             raise RuntimeError("feed after finish: this encoder's stream is complete")
-        data = self._odd_byte + pcm
+        data = self._odd_byte + pcm if self._odd_byte else pcm
         whole = len(data) - len(data) % SAMPLE_WIDTH
         self._odd_byte = data[whole:]
         if whole:

@@ -161,6 +161,14 @@ def test_a_stream_without_audio_holds_no_samples(fmt: AudioFormat) -> None:
     assert decode(out, fmt, 24_000)[0].size == 0
 
 
+def test_the_container_header_is_ready_before_any_audio() -> None:
+    """A response can send it while the first audio is being synthesized; MP3, ADTS and PCM have none."""
+    headers = {fmt: open_encoder(fmt, 24_000).feed(b"") for fmt in AUDIO_FORMATS}
+    assert headers["opus"].startswith(b"OggS") and b"OpusHead" in headers["opus"] and b"OpusTags" in headers["opus"]
+    assert headers["flac"].startswith(b"fLaC") and headers["wav"].startswith(b"RIFF")
+    assert headers["mp3"] == headers["aac"] == headers["pcm"] == b""
+
+
 def held_back(fmt: AudioFormat, rate: int) -> int:
     """The most input samples an encoder may still hold after a feed: what its codec holds, never the container.
 
