@@ -1,4 +1,4 @@
-"""In-memory LRU of finished WAVs, bounded in bytes, and the one cache key both caches share.
+"""In-memory LRU of finished audio (PCM), bounded in bytes, and the one cache key both caches share.
 
 The key covers everything that changes the audio (text, voice, engine, checkpoint, every generation parameter), so
 a hit can never serve audio that another request would not have produced.
@@ -34,8 +34,8 @@ def synthesis_key(
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class WavCache:
-    """Thread-safe LRU of WAV bytes whose total size never exceeds `max_bytes` (0 disables it)."""
+class MemoryCache:
+    """Thread-safe LRU of audio bytes whose total size never exceeds `max_bytes` (0 disables it)."""
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
@@ -48,18 +48,18 @@ class WavCache:
         self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
-        """Return the cached WAV or None; a hit makes the entry the most recently used."""
+        """Return the cached audio or None; a hit makes the entry the most recently used."""
         with self._lock:
-            wav = self._entries.get(key)
-            if wav is None:
+            audio = self._entries.get(key)
+            if audio is None:
                 self._misses += 1
                 return None
             self._entries.move_to_end(key)
             self._hits += 1
-            return wav
+            return audio
 
-    def put(self, key: str, wav: bytes) -> None:
-        """Store `wav` under `key`, replacing any old value, then evict least-recently-used entries to the bound.
+    def put(self, key: str, audio: bytes) -> None:
+        """Store `audio` under `key`, replacing any old value, then evict least-recently-used entries to the bound.
 
         An item larger than the whole cache is not stored (it would evict everything and then itself); any old
         value under the same key is dropped all the same, so the cache never serves a superseded value.
@@ -68,12 +68,12 @@ class WavCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= len(old)
-            if len(wav) > self._max_bytes:
+            if len(audio) > self._max_bytes:
                 if self._max_bytes:
-                    log.debug("wav of %d bytes exceeds cache bound %d; not cached", len(wav), self._max_bytes)
+                    log.debug("audio of %d bytes exceeds cache bound %d; not cached", len(audio), self._max_bytes)
                 return
-            self._entries[key] = wav
-            self._bytes += len(wav)
+            self._entries[key] = audio
+            self._bytes += len(audio)
             while self._bytes > self._max_bytes:
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= len(evicted)

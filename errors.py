@@ -64,6 +64,13 @@ class Unauthorized(ServiceError):
         return {**super().headers(), "WWW-Authenticate": "Bearer"}
 
 
+class Forbidden(ServiceError):
+    """A valid key that may not do this (an ordinary key on an admin route)."""
+
+    status = 403
+    code = "forbidden"
+
+
 class PayloadTooLarge(ServiceError):
     status = 413
     code = "payload_too_large"

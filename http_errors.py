@@ -1,42 +1,85 @@
-"""The one mapping from errors onto HTTP responses: a JSON body `{"code", "message"}` with the right status."""
+"""The one mapping from errors onto HTTP responses: a JSON body `{"code", "message"}` with the right status.
+
+Everything that can go wrong (a domain error, a body that does not validate, an unknown route or method) becomes a
+`ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from errors import ServiceError
+from errors import InvalidInput, ServiceError
+from openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
 
-_STATUS_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 422: "invalid_input"}
+_STATUS_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+
+
+class HttpError(ServiceError):
+    """An error the web framework raised itself (unknown route, method not allowed), with its status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message, code=_STATUS_CODES.get(status, "http_error"))
+        self.status = status
+
+
+def validation_error(exc: RequestValidationError) -> InvalidInput:
+    """A request that does not validate, with each problem's field; a body that is not JSON says so."""
+    problems: list[dict[str, Any]] = []
+    for error in exc.errors():
+        if error["type"] == "json_invalid":
+            reason = (error.get("ctx") or {}).get("error", "")
+            problems.append({"field": "body", "message": f"the request body is not valid JSON ({reason})"})
+            continue
+        field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
+        problems.append({"field": field, "message": error["msg"]})
+    message = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+    return InvalidInput(message, code="invalid_input", detail=problems)
+
+
+OPENAI_PREFIX = "/v1/"
+"""Routes of the OpenAI surface answer errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`."""
+
+
+def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResponse:
+    if exc.status in (429, 503) and exc.retry_after is None:
+        exc.retry_after = retry_after
+    body = service_error_body(exc) if path.startswith(OPENAI_PREFIX) else exc.body()
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers())
 
 
 def install_error_handlers(app: FastAPI, retry_after: float) -> None:
     """Map every error onto its JSON answer; 429 and 503 always carry Retry-After (`retry_after` by default)."""
 
-    async def on_service_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_service_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
-        if exc.status in (429, 503) and exc.retry_after is None:
-            exc.retry_after = retry_after
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+        return error_response(exc, retry_after, request.url.path)
 
-    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors = [
-            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"]} for e in exc.errors()
-        ]
-        message = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        return JSONResponse({"code": "invalid_input", "message": message, "detail": errors}, status_code=422)
+        if request.url.path.startswith(OPENAI_PREFIX):
+            return JSONResponse(validation_error_body(exc.errors()), status_code=422)
+        return error_response(validation_error(exc), retry_after, request.url.path)
 
-    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = _STATUS_CODES.get(exc.status_code, "http_error")
-        return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code)
+        response = error_response(HttpError(exc.status_code, str(exc.detail)), retry_after, request.url.path)
+        response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+        return response
 
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)

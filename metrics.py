@@ -27,13 +27,6 @@ class _StateCollector(Collector):
             depth.add_metric([engine, "running"], counts["running"])
             depth.add_metric([engine, "waiting"], counts["waiting"])
         yield depth
-        keys = GaugeMetricFamily("polytts_key_queue_depth", "Admitted syntheses per fairness key", labels=["key"])
-        used = CounterMetricFamily("polytts_key_gpu_seconds", "GPU time used per fairness key", labels=["key"])
-        for key, counts in stats["keys"].items():
-            keys.add_metric([key], counts["running"] + counts["waiting"])
-            used.add_metric([key], counts["used_gpu_s"])
-        yield keys
-        yield used
         units = self.manager_status()["units"]
         resident = GaugeMetricFamily("polytts_engine_resident", "1 when the engine is loaded", labels=["engine"])
         loads = CounterMetricFamily("polytts_engine_loads", "Engine loads", labels=["engine"])
@@ -47,27 +40,55 @@ class _StateCollector(Collector):
         yield evictions
 
 
+class _KeyCollector(Collector):
+    """Per fairness key queue depth and GPU time: series labelled by key names, which only callers with a key see."""
+
+    def __init__(self, queue_stats: Callable[[], dict[str, Any]]) -> None:
+        self.queue_stats = queue_stats
+
+    def collect(self) -> Iterator[Metric]:
+        keys = GaugeMetricFamily("polytts_key_queue_depth", "Admitted syntheses per fairness key", labels=["key"])
+        used = CounterMetricFamily("polytts_key_gpu_seconds", "GPU time used per fairness key", labels=["key"])
+        for key, counts in self.queue_stats()["keys"].items():
+            keys.add_metric([key], counts["running"] + counts["waiting"])
+            used.add_metric([key], counts["used_gpu_s"])
+        yield keys
+        yield used
+
+
 class Metrics:
+    """Every metric, in two registries: the full one, and the public one without the per-key series (what a caller
+    without a key sees on a node with keys)."""
+
     def __init__(self, queue_stats: Callable[[], dict[str, Any]], manager_status: Callable[[], dict[str, Any]]) -> None:
-        self.registry = CollectorRegistry()
         self.requests = Counter(
             "polytts_requests", "Synthesis requests by engine, route and outcome", ["engine", "route", "outcome"],
-            registry=self.registry,
+            registry=None,
         )  # fmt: skip
         self.time_to_first_audio = Histogram(
             "polytts_time_to_first_audio_seconds", "From request to its first audio", ["engine"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32), registry=self.registry,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32), registry=None,
         )  # fmt: skip
         self.real_time_factor = Histogram(
             "polytts_real_time_factor", "Synthesis time over audio duration", ["engine"],
-            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4), registry=self.registry,
+            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4), registry=None,
         )  # fmt: skip
         self.load_seconds = Histogram(
             "polytts_engine_load_seconds", "Engine load durations", ["engine"],
-            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=self.registry,
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=None,
         )  # fmt: skip
-        self.cache = Counter("polytts_cache_lookups", "Synthesis cache lookups", ["result"], registry=self.registry)
-        self.registry.register(_StateCollector(queue_stats, manager_status))
+        self.cache = Counter("polytts_cache_lookups", "Synthesis cache lookups", ["result"], registry=None)
+        shared: list[Collector] = [
+            self.requests, self.time_to_first_audio, self.real_time_factor, self.load_seconds, self.cache,
+            _StateCollector(queue_stats, manager_status),
+        ]  # fmt: skip
+        self.registry = CollectorRegistry()
+        self.public_registry = CollectorRegistry()
+        for collector in shared:
+            self.registry.register(collector)
+            self.public_registry.register(collector)
+        self.registry.register(_KeyCollector(queue_stats))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, per_key: bool = True) -> bytes:
+        """The exposition text; without `per_key`, the series labelled by fairness key (key names) are left out."""
+        return generate_latest(self.registry if per_key else self.public_registry)

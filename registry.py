@@ -27,14 +27,15 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from engines import FAMILIES, EngineFamily
+from engines import FAMILIES
+from engines.base import EngineSpec
 from engines.voicepacks import pack_id, read_pack
 from errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from voice_entry import AUDIO_FILE, META_FILE, PACK_FILE, SEED_FILE, VoiceEntry
 
 log = logging.getLogger("polytts.registry")
 
-VOICE_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+VOICE_ID_RE = re.compile(r"[0-9a-f]{16}")
 
 MAX_REF_TEXT_CHARS = 2000
 
@@ -66,9 +67,14 @@ def compute_voice_id(
     return h.hexdigest()[:16]
 
 
+def is_voice_id(name: str) -> bool:
+    """Whether `name` is a 16-digit lowercase hex id, the whole of it (a trailing newline included)."""
+    return VOICE_ID_RE.fullmatch(name) is not None
+
+
 def check_voice_id(voice_id: str) -> str:
     """Refuse anything but a 16-digit lowercase hex id, so an id can never name a path outside the registry."""
-    if not VOICE_ID_RE.match(voice_id):
+    if not is_voice_id(voice_id):
         raise InvalidInput(
             f"voice_id must be 16 lowercase hex digits, got {voice_id[:40]!r}", code="invalid_voice_id"
         )
@@ -104,7 +110,7 @@ class VoiceRegistry:
         self,
         root: Path,
         *,
-        families: Mapping[str, EngineFamily] = FAMILIES,
+        families: Mapping[str, EngineSpec] = FAMILIES,
         max_upload_bytes: int = 12_582_912,
         min_seconds: float = 0.5,
         max_seconds: float = 60.0,
@@ -346,7 +352,7 @@ class VoiceRegistry:
             elif name.startswith(_TRASH_PREFIX):
                 voice_id = name[len(_TRASH_PREFIX) : len(_TRASH_PREFIX) + 16]
                 orphaned = (
-                    VOICE_ID_RE.match(voice_id) is not None
+                    is_voice_id(voice_id)
                     and name[len(_TRASH_PREFIX) + 16 : len(_TRASH_PREFIX) + 17] == "-"
                     and not (self.root / voice_id).exists()
                 )
@@ -363,7 +369,7 @@ class VoiceRegistry:
     def _load_all(self) -> dict[str, VoiceEntry]:
         index: dict[str, VoiceEntry] = {}
         for name in sorted(os.listdir(self.root)):
-            if not VOICE_ID_RE.match(name):
+            if not is_voice_id(name):
                 if not name.startswith("."):
                     log.info("ignoring %s in %s: not a voice id", name, self.root)
                 continue

@@ -254,6 +254,8 @@ def free_cuda() -> None:
 
 
 IMPLEMENTATION = "local"
+attach: Callable[..., Any] | None = None
+"""`livestack_node.attach` when the installed fleet package provides it (see fleet.py), else None."""
 try:
     from livestack_node import (  # type: ignore[no-redef,import-not-found,assignment]  # noqa: F811
         ManagedUnit,
@@ -263,5 +265,8 @@ try:
     )
 
     IMPLEMENTATION = "livestack_node"
+    import livestack_node
+
+    attach = getattr(livestack_node, "attach", None)
 except ImportError:
     pass  # the fleet package is absent on this host: the local classes above are the API

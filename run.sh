@@ -1,28 +1,46 @@
 #!/usr/bin/env bash
 # PolyTTS entry point for people and supervisors (launchd, systemd).
 #
-#   ./run.sh          set up the virtual environment and the default model, then serve (restarting on failure);
-#                     the PyTorch backend's requirements too on GPU hosts (see serving_requirements)
-#   ./run.sh test     set up, then run the whole test suite (extra arguments go to pytest)
-#   ./run.sh setup    set up only
+#   ./run.sh          set up the serving environment (.venv) and the default model, then serve (restarting on
+#                     failure); the PyTorch backend's requirements too on GPU hosts (see serving_requirements)
+#   ./run.sh test     set up the test environment (.venv-test: serving, PyTorch and MLX engines, test tools), then
+#                     run the whole test suite (extra arguments go to pytest)
+#   ./run.sh setup    set up the serving environment only
 #
 # Serving restarts the server after a non-zero exit, with a backoff of 1 s doubling to 60 s (reset once a run
 # lasted 60 s), and stops after exit 0 (a clean stop). SIGTERM/SIGINT stop the server and this script.
 set -uo pipefail
 cd "$(dirname "$0")"
 
+# Serving and testing use separate environments, so running the tests never changes the engines a node serves.
 VENV=${POLYTTS_VENV:-.venv}
+TEST_VENV=${POLYTTS_TEST_VENV:-.venv-test}
 PYTHON=${PYTHON:-python3}
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
 
+# What each requirements tier brings, and roughly how long its first install takes on a 2-core machine with a warm
+# package cache (a first download adds to it); shown so that a long silent pip run is not mistaken for a hang.
+describe() {
+  case $(basename "$1") in
+    requirements.txt) echo "the server and the Kokoro ONNX default (about 1 minute)" ;;
+    requirements-torch.txt) echo "PyTorch, Kokoro on PyTorch and VoxCPM2 (about 3 minutes; several GB on CUDA hosts)" ;;
+    requirements-mlx.txt) echo "MLX and mlx-audio (about 1 minute)" ;;
+    requirements-dev.txt) echo "every engine and the test tools (about 4 minutes)" ;;
+    requirements-nodeps.txt) echo "voxcpm without its unused dependencies (seconds)" ;;
+    *) echo "$1" ;;
+  esac
+}
+
 install() {  # install a requirements file (plus pip options) into the venv unless unchanged since the last install
-  local requirements=$1 stamp="$VENV/.installed-$(basename "$1")" sum
+  local requirements=$1 stamp="$VENV/.installed-$(basename "$1")" sum started
   shift
   sum=$(cat "$requirements" requirements*.txt | sha256sum | cut -d' ' -f1)
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] && return 0
-  say "installing $requirements into $VENV"
+  say "installing $requirements into $VENV: $(describe "$requirements")"
+  started=$(date +%s)
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@" -r "$requirements" || return 1
+  say "installed $requirements in $(($(date +%s) - started))s"
   echo "$sum" >"$stamp"
 }
 
@@ -35,7 +53,12 @@ setup() {
   if [ "$1" = requirements-torch.txt ] || [ "$1" = requirements-dev.txt ]; then  # voxcpm, without its declared dependencies
     install requirements-nodeps.txt --no-deps || { say "pip install --no-deps -r requirements-nodeps.txt failed"; return 1; }
   fi
-  "$VENV/bin/python" -m models.assemble || { say "the default model could not be assembled (see above)"; return 1; }
+  "$VENV/bin/python" -m models.assemble
+  case $? in
+    0) ;;
+    2) return 2 ;;  # invalid settings: models.assemble printed which, and that is all there is to say
+    *) say "the default model could not be assembled (see above)"; return 1 ;;
+  esac
 }
 
 serve() {
@@ -85,8 +108,8 @@ serving_requirements() {
 }
 
 case "${1:-serve}" in
-  serve) setup "$(serving_requirements)" || exit 1; serve ;;
-  test) shift; setup requirements-dev.txt || exit 1; exec "$VENV/bin/python" -m pytest "$@" ;;
-  setup) setup requirements-dev.txt ;;
+  serve) setup "$(serving_requirements)" || exit $?; serve ;;
+  test) shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; exec "$VENV/bin/python" -m pytest "$@" ;;
+  setup) setup "$(serving_requirements)" ;;
   *) say "usage: ./run.sh [serve|test [pytest args]|setup]"; exit 2 ;;
 esac

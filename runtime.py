@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import platform
 
 log = logging.getLogger("polytts.runtime")
@@ -67,6 +68,20 @@ def torch_device_memory(device: str) -> dict[str, int]:
 
         return {"mps_allocated": torch.mps.current_allocated_memory()}
     return {}
+
+
+def process_memory() -> dict[str, int]:
+    """This process's resident memory now (Linux) and at its peak, in bytes."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    memory = {"peak_rss_bytes": peak if platform.system() == "Darwin" else peak * 1024}
+    try:
+        with open("/proc/self/statm") as statm:
+            memory["rss_bytes"] = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no /proc (macOS): the peak is what there is
+        pass
+    return memory
 
 
 def check_runtime(runtime: str, allow_cpu: bool) -> None:

@@ -55,12 +55,14 @@ class GpuThread:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self) -> None:
+        """Stop after the work under way. Waits for it: native model code still running in a thread while the
+        interpreter exits aborts the process (and a supervisor would see a crash, not a clean stop)."""
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join()
 
     @property
     def ident(self) -> int | None:
@@ -81,6 +83,12 @@ class GpuThread:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` on the GPU thread and await its result without blocking the loop."""
         return await asyncio.wrap_future(self.submit(fn, *args))
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the GPU thread and wait for its result, from a thread other than the GPU thread itself."""
+        if threading.get_ident() == self.ident:
+            return fn()
+        return self.submit(fn).result()
 
     def _next(self) -> Callable[[], None] | None:
         with self._wakeup:

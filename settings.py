@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engines import ENGINE_SPECS
+from engines.base import ENV_PREFIX, EngineSettings
 from scheduler import FairnessPolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent
-ENV_PREFIX = "POLYTTS_"
 
 
-class Settings(BaseSettings):
-    """Every field maps onto the environment variable `POLYTTS_<FIELD>` (case-insensitive)."""
-
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+class ServiceSettings(EngineSettings):
+    """The service's own knobs; each engine family adds its own (`EngineSpec.settings`) in `Settings`."""
 
     host: str = "127.0.0.1"
     """Interface to bind. Keep loopback unless a proxy or broker on another host must reach the node."""
@@ -61,43 +60,6 @@ class Settings(BaseSettings):
     allow_cpu: bool = False
     """Start on the CPU even though POLYTTS_RUNTIME asked for a GPU that torch cannot see."""
 
-    kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
-    """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
-    otherwise."""
-
-    kokoro_model: str = "hexgrad/Kokoro-82M"
-    """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
-    holding `config.json`, one `.pth` and `voices/*.pt`."""
-
-    voxcpm_model: str = "openbmb/VoxCPM2"
-    """VoxCPM2 weights: a hub id (fetched into the hub cache when online) or a local folder (`config.json`,
-    `model.safetensors`, `audiovae.safetensors`, tokenizer files)."""
-
-    voxcpm_denoiser: Path | None = None
-    """Local folder of the ZipEnhancer denoiser (needs `modelscope`). Unset: no denoiser, never downloaded, and a
-    request with `denoise=true` is a 422."""
-
-    voxcpm_max_chars: int = Field(80, ge=0)
-    """Cap on the characters of one VoxCPM generation (quality drops on long ones); 0 is unlimited."""
-
-    voxcpm_max_sentences: int = Field(3, ge=0)
-    """Cap on the sentences of one VoxCPM generation; 0 is unlimited."""
-
-    voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
-    """Reference and prompt clips are trimmed to this many seconds before VoxCPM encodes them."""
-
-    voxcpm_max_len: int = Field(2000, ge=4, le=20_000)
-    """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""
-
-    mlx_qwen_model: str = "mlx-community/Qwen3-TTS-12Hz-1.7B-Base-8bit"
-    """MLX runtime: Qwen3-TTS weights (hub id or local folder)."""
-
-    mlx_voxcpm_model: str = "mlx-community/VoxCPM2-8bit"
-    """MLX runtime: VoxCPM2 weights (hub id or local folder)."""
-
-    mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
-    """MLX runtime: Kokoro weights (hub id or local folder)."""
-
     mlx_cache_mb: int = Field(1024, ge=0)
     """MLX runtime: limit of the Metal allocator's buffer cache, in MiB (memory is also cleared after each request)."""
 
@@ -105,18 +67,8 @@ class Settings(BaseSettings):
     """Prepared voices (speaker embeddings, reference codes) kept in memory per engine; least recently used out.
     They are also persisted under voices/<id>/prompts/<model-key>/."""
 
-    qwen_max_tokens: int = Field(2048, ge=8, le=20_000)
-    """MLX runtime: bound on the audio frames (12.5 per second) of one Qwen3-TTS generation."""
-
     stream_interval: float = Field(0.5, gt=0, le=10)
     """Seconds of audio per streamed piece for engines that stream inside one generation (Qwen3-TTS on MLX)."""
-
-    kokoro_onnx_dir: Path | None = None
-    """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
-    Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
-
-    onnx_threads: int = Field(0, ge=0, le=256)
-    """ONNX Runtime intra-op threads; 0 uses every core."""
 
     max_text_chars: int = Field(5000, ge=1, le=1_000_000)
     """Longest text one synthesis request may carry; longer is a 413."""
@@ -135,8 +87,27 @@ class Settings(BaseSettings):
     """Characters of text admitted but not yet started, across all requests; more is a 429 `server_busy`."""
 
     api_keys: dict[str, str] = {}
-    """API keys as JSON `{"<secret>": "<name>"}`. When set, synthesis and voice changes need
-    `Authorization: Bearer <secret>`, and the key's name is the request's fairness key."""
+    """API keys as JSON `{"<secret>": "<name>"}`. When set (or admin keys are), every route but /health, /ready,
+    /metrics and the docs needs `Authorization: Bearer <secret>`, and the key's name is the request's fairness key."""
+
+    admin_keys: dict[str, str] = {}
+    """Admin keys as JSON `{"<secret>": "<name>"}`: they work wherever an API key does, and only they may use the
+    admin routes (/admin/..., /model/unload) once any key is configured; an ordinary key gets 403 there."""
+
+    public_inventory: bool = False
+    """With keys configured, publish the voice inventory in the public (keyless) view of /health too, for a broker
+    or balancer that places work by voice without a key."""
+
+    openai_voices: dict[str, str] = {}
+    """OpenAI voice names for `/v1/audio/speech` as JSON `{"alloy": "af_heart", "narrator": "<voice id>"}`: each
+    replaces a default mapping (README) or adds a name."""
+
+    drain_seconds: float = Field(30.0, ge=0)
+    """On SIGTERM the node drains: /ready answers 503, new syntheses 503 `draining`, running ones finish; after this
+    long whatever still runs is cut (and logged) and the process exits 0."""
+
+    host_id: str = Field(default_factory=socket.gethostname)
+    """This node's name in a livestack fleet (passed to `livestack_node.attach`)."""
 
     fairness_default_weight: float = Field(1.0, gt=0)
     """Share of GPU time of a fairness key that `fairness_weights` does not name."""
@@ -167,7 +138,7 @@ class Settings(BaseSettings):
     """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
 
     wav_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
-    """Bound on the in-memory LRU of finished WAVs; 0 turns it off."""
+    """Bound on the in-memory LRU of finished audio (PCM; the name is kept for existing deployments); 0 turns it off."""
 
     pcm_cache_bytes: int = Field(512 * 1024 * 1024, ge=0)
     """Bound on the disk cache of finished PCM; 0 turns it off."""
@@ -185,7 +156,7 @@ class Settings(BaseSettings):
     """Load the default engine right after binding. Off: it loads on the first request."""
 
     @model_validator(mode="after")
-    def _check_relations(self) -> Settings:
+    def _check_relations(self) -> ServiceSettings:
         if any(not weight > 0 for weight in self.fairness_weights.values()):
             raise ValueError("every weight in POLYTTS_FAIRNESS_WEIGHTS must be above 0")
         if self.voice_min_seconds >= self.voice_max_seconds:
@@ -207,6 +178,10 @@ class Settings(BaseSettings):
             max_queued_chars=self.max_queued_chars,
             retry_after=self.retry_after_seconds,
         )
+
+
+class Settings(ServiceSettings, *(spec.settings for spec in ENGINE_SPECS)):  # type: ignore[misc]
+    """Every field maps onto the environment variable `POLYTTS_<FIELD>` (case-insensitive)."""
 
     @property
     def kokoro_onnx_path(self) -> Path:

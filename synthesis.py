@@ -1,45 +1,43 @@
-"""Serving logic of the synthesis routes: resolve a request, serve it from cache or the GPU thread, time it.
+"""The one request lifecycle every speech route uses: resolve, plan, cache, admit, submit, stream, encode, time,
+store, log.
 
-Everything a client can get wrong is decided in `plan` (and admission in `submit`), before the first byte.
+A route parses its request, calls `SynthesisService.speak`, and wraps the `Speech` it gets in a response. Everything
+a client can get wrong is raised by `speak`, before the first byte; every request, served or refused, ends in one log
+line with its timings and one count in `polytts_requests_total` with its outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+import unicodedata
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TypeVar
 
 import numpy as np
 
-from audio import pcm_to_wav, to_pcm16, wav_to_pcm
-from cache import WavCache, synthesis_key
+from audio import AudioFormat, codec_sample_rate, encode_whole, open_encoder, to_pcm16
+from cache import MemoryCache, synthesis_key
+from catalog import VoiceCatalog
+from engine_pool import EnginePool
 from engines import FAMILIES
-from engines.base import BlendVoice, BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
-from engines.voicepacks import canonical_blend, is_blend, parse_blend
-from errors import InvalidInput, NotFound, PayloadTooLarge, ServiceError, Unavailable
+from engines.base import Engine, Param, SynthesisOptions, VoiceRef
+from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
 from metrics import Metrics
 from pcm_cache import PcmCache
-from protocol import ENGINE_PARAMS, TTSRequest
-from registry import VOICE_ID_RE, VoiceRegistry
-from voice_entry import VoiceEntry
-from residency import ModelManager
+from protocol import ENGINE_PARAMS, SpeechFields
 from scheduler import Job, JobCancelled, Scheduler
 from settings import Settings
 from text import chunk_text, normalize_text, resolve_language
+from voice_entry import VoiceEntry
 
 log = logging.getLogger("polytts.synthesis")
-
-
-@dataclass
-class EngineState:
-    """Readiness of one engine as /health and the routes see it."""
-
-    status: Literal["idle", "warming", "ready", "failed"] = "idle"
-    reason: str | None = None
-    since: float = field(default_factory=time.monotonic)
+T = TypeVar("T")
+CACHE_SLICE = 32 * 1024
+"""A cached answer is sent in slices of this many bytes, as a generated one is sent in pieces."""
 
 
 @dataclass(frozen=True)
@@ -57,25 +55,37 @@ class Plan:
 
 
 @dataclass
+class RequestContext:
+    """Who asks, through which route, and how to tell that they went away."""
+
+    route: str
+    principal: str = "anonymous"
+    """The fairness key the request counts against."""
+    engine: str | None = None
+    """The engine the request asked for by name (an OpenAI `model`); its voice must belong to it."""
+    disconnected: Callable[[], Awaitable[None]] | None = None
+    """Returns once the client has gone away; work the request waits for is then cancelled."""
+
+
+@dataclass
 class Timings:
     """One request's timings, logged as one line when it ends."""
 
     route: str
-    plan: Plan
+    plan: Plan | None = None
     started: float = field(default_factory=time.perf_counter)
     cache: str = "miss"
     first_audio: float | None = None
     queue_wait: float = 0.0
     synthesis: float = 0.0
     audio_bytes: int = 0
-
     ended: float | None = None
+    outcome: str | None = None
+    in_flight: bool = False
+    """Counted in `SynthesisService.in_flight` until it ends."""
 
     def audio_seconds(self) -> float:
-        return self.audio_bytes / 2 / self.plan.engine.sample_rate
-
-    def end(self) -> None:
-        self.ended = time.perf_counter()
+        return self.audio_bytes / 2 / self.plan.engine.sample_rate if self.plan else 0.0
 
     @property
     def total(self) -> float:
@@ -91,15 +101,15 @@ class Timings:
         audio = self.audio_seconds()
         return self.synthesis / audio if audio and self.cache == "miss" else None
 
-    def log(self, outcome: str) -> None:
-        ttfa, rtf = self.time_to_first_audio, self.real_time_factor
-        log.info(
-            "%s outcome=%s engine=%s voice=%s chars=%d chunks=%d cache=%s queue=%.3fs ttfa=%s synth=%.3fs "
-            "total=%.3fs audio=%.2fs rtf=%s",
-            self.route, outcome, self.plan.engine.name, self.plan.voice_key, len(self.plan.text),
-            len(self.plan.chunks), self.cache, self.queue_wait, f"{ttfa:.3f}s" if ttfa is not None else "-",
-            self.synthesis, self.total, self.audio_seconds(), f"{rtf:.3f}" if rtf is not None else "-",
-        )  # fmt: skip
+    def log_line(self) -> str:
+        ttfa, rtf, plan = self.time_to_first_audio, self.real_time_factor, self.plan
+        return (
+            f"{self.route} outcome={self.outcome} engine={plan.engine.name if plan else '-'} "
+            f"voice={plan.voice_key if plan else '-'} chars={len(plan.text) if plan else 0} "
+            f"chunks={len(plan.chunks) if plan else 0} cache={self.cache} queue={self.queue_wait:.3f}s "
+            f"ttfa={f'{ttfa:.3f}s' if ttfa is not None else '-'} synth={self.synthesis:.3f}s total={self.total:.3f}s "
+            f"audio={self.audio_seconds():.2f}s rtf={f'{rtf:.3f}' if rtf is not None else '-'}"
+        )
 
     def server_timing(self) -> str:
         """The `Server-Timing` header: durations in milliseconds, counts as descriptions."""
@@ -107,10 +117,109 @@ class Timings:
         if (ttfa := self.time_to_first_audio) is not None:
             parts.append(f"ttfa;dur={ttfa * 1000:.1f}")
         parts += [f"synth;dur={self.synthesis * 1000:.1f}", f"total;dur={self.total * 1000:.1f}"]
-        parts += [f'chars;desc="{len(self.plan.text)}"', f'audio;desc="{self.audio_seconds():.3f}"']
+        chars = len(self.plan.text) if self.plan else 0
+        parts += [f'chars;desc="{chars}"', f'audio;desc="{self.audio_seconds():.3f}"']
         if (rtf := self.real_time_factor) is not None:
             parts.append(f'rtf;desc="{rtf:.3f}"')
         return ", ".join(parts)
+
+
+class Speech:
+    """An admitted synthesis (or a cache hit) whose first audio is ready: its headers, its body, its end.
+
+    Read it once, whole (`read`) or streamed (`stream`); either way the request's log line, metrics and cache entry
+    are written when the audio ends, however it ends.
+    """
+
+    def __init__(self, service: SynthesisService, plan: Plan, timings: Timings, ctx: RequestContext,
+                 pcm: AsyncIterator[bytes]) -> None:  # fmt: skip
+        self.service = service
+        self.plan = plan
+        self.timings = timings
+        self.ctx = ctx
+        self._pcm = pcm
+        self._first = b""
+
+    async def _start(self) -> None:
+        """Wait for the first audio, so that a failure to load or start is still an error status."""
+        self._first = await until_disconnected(self.ctx, anext(self._pcm, b""))
+
+    def headers(self, fmt: AudioFormat) -> dict[str, str]:
+        return {
+            "X-Sample-Rate": str(codec_sample_rate(fmt, self.plan.engine.sample_rate)),
+            "X-Audio-Format": "s16le" if fmt == "pcm" else fmt,
+            "X-Channels": "1",
+            "X-Engine": self.plan.engine.name,
+            "X-Voice-Id": self.plan.voice_key,
+            "X-Cache": self.timings.cache,
+        }
+
+    async def pcm(self) -> AsyncIterator[bytes]:
+        """s16le PCM as it is generated; closing it early cancels the synthesis before its next step."""
+        try:
+            if self._first:
+                yield self._first
+            async for piece in self._pcm:
+                yield piece
+        finally:
+            await self._pcm.aclose()
+
+    async def encoded(self, fmt: AudioFormat) -> AsyncIterator[bytes]:
+        """The audio in `fmt` as it is generated: one encoder for the response, fed each piece as it comes. Codecs
+        run on a worker thread a slice at a time, so encoding overlaps synthesis and never holds the event loop."""
+        encoder = open_encoder(fmt, self.plan.engine.sample_rate)
+        threaded = fmt not in ("pcm", "wav")  # these cost nothing
+        try:
+            if header := encoder.feed(b""):  # a container's header leaves at once
+                yield header
+            async for pcm in self.pcm():
+                slices = encoder.feed_sliced(pcm)
+                while (out := await asyncio.to_thread(next, slices, None) if threaded else next(slices, None)):
+                    yield out
+            if tail := encoder.finish():
+                yield tail
+        finally:
+            encoder.close()
+
+    async def read(self, fmt: AudioFormat) -> bytes:
+        """The whole answer in `fmt` (a WAV with its exact length); a client that goes away first cancels it."""
+
+        async def collect() -> bytes:
+            return b"".join([piece async for piece in self.pcm()])
+
+        pcm = await until_disconnected(self.ctx, collect())
+        if fmt in ("pcm", "wav"):
+            return encode_whole(fmt, pcm, self.plan.engine.sample_rate)
+        return await asyncio.to_thread(encode_whole, fmt, pcm, self.plan.engine.sample_rate)
+
+
+async def until_disconnected(ctx: RequestContext, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it if the client goes away first (then raise ClientDisconnected)."""
+    task = asyncio.ensure_future(work)
+    if ctx.disconnected is None:
+        return await task
+    watcher = asyncio.ensure_future(ctx.disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientDisconnected(f"client disconnected from {ctx.route} before its audio was ready")
+    return task.result()
+
+
+def _speakable(text: str) -> str:
+    """Text with format characters (zero-width spaces, joiners, marks) removed; a lone surrogate is refused."""
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        raise InvalidInput("text holds a lone UTF-16 surrogate, which is not a character", code="invalid_text")
+    return "".join(char for char in text if unicodedata.category(char) != "Cf")
+
+
+MIN_CHARS_PER_GEN = 20
+"""Floor of a request's own cap on one generation: a smaller cap multiplies the work (one generation per word)."""
 
 
 class SynthesisService:
@@ -118,121 +227,94 @@ class SynthesisService:
         self,
         *,
         settings: Settings,
-        registry: VoiceRegistry,
-        engines: dict[str, Engine],
-        states: dict[str, EngineState],
-        manager: ModelManager,
+        pool: EnginePool,
+        catalog: VoiceCatalog,
         scheduler: Scheduler,
-        wav_cache: WavCache,
+        memory_cache: MemoryCache,
         pcm_cache: PcmCache,
         metrics: Metrics,
     ) -> None:
         self.settings = settings
-        self.registry = registry
-        self.engines = engines
-        self.states = states
-        self.manager = manager
+        self.pool = pool
+        self.catalog = catalog
         self.scheduler = scheduler
-        self.wav_cache = wav_cache
+        self.memory_cache = memory_cache
         self.pcm_cache = pcm_cache
         self.metrics = metrics
-        self._warming: dict[str, asyncio.Task[None]] = {}
+        self.in_flight = 0
+        """Requests admitted (or served from a cache) and not ended yet: what a drain waits for."""
+        self.draining = False
+        """Set on SIGTERM: new syntheses are refused (503 `draining`) while those under way finish."""
 
-    def warm(self, name: str) -> None:
-        """Load an engine (and run its warm-up) on the GPU thread; the engine answers 503 `warming` meanwhile."""
-        if name in self._warming:
-            return
-        self.states[name] = EngineState("warming")
-        task = asyncio.get_running_loop().create_task(self._warm(name))
-        self._warming[name] = task
-        task.add_done_callback(lambda _: self._warming.pop(name, None))
+    # -- the lifecycle ---------------------------------------------------------------------------------------------
 
-    async def _warm(self, name: str) -> None:
-        started = time.perf_counter()
+    async def speak(self, request: SpeechFields, ctx: RequestContext) -> Speech:
+        """Plan the request, then serve it from the caches or admit it and wait for its first audio.
+
+        Raises the ServiceError a client should see (404, 413, 422, 429, 503, ...), logged and counted as the
+        request's outcome.
+        """
+        timings = Timings(ctx.route)
         try:
-            engine = await self.scheduler.gpu.run(self.manager.ensure, name)
-            await self.scheduler.gpu.run(engine.warmup)
-        except Exception as exc:
-            self.states[name] = EngineState("failed", str(exc))
-            log.error("engine %s failed to load: %s", name, exc, exc_info=not isinstance(exc, ServiceError))
+            if self.draining:
+                raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
+            plan = timings.plan = self.plan(request, ctx.engine)
+            cached = await self.cached_pcm(plan)
+            if cached is not None:
+                timings.cache = "hit"
+                speech = Speech(self, plan, timings, ctx, self._cached_stream(timings, cached))
+            else:
+                job = self.submit(plan, ctx)
+                speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings))
+            timings.in_flight = True
+            self.in_flight += 1
+            await speech._start()
+            return speech
+        except ServiceError as exc:
+            self.finish(timings, exc.code)
+            raise
+
+    def rejected(self, route: str, error: ServiceError) -> None:
+        """A request refused before it could be planned (its body did not parse): logged and counted all the same."""
+        self.finish(Timings(route), error.code)
+
+    def finish(self, timings: Timings, outcome: str) -> None:
+        """A request ended: its one log line, and its metrics (once, however many paths reach here)."""
+        if timings.ended is not None:
             return
-        self.states[name] = EngineState("ready")
-        log.info("engine %s ready in %.2fs", name, time.perf_counter() - started)
+        timings.ended = time.perf_counter()
+        timings.outcome = outcome
+        if timings.in_flight:
+            self.in_flight -= 1
+        log.info("%s", timings.log_line())
+        engine = timings.plan.engine.name if timings.plan else "none"
+        self.metrics.requests.labels(engine, timings.route, outcome).inc()
+        if outcome == "ok":
+            if (ttfa := timings.time_to_first_audio) is not None:
+                self.metrics.time_to_first_audio.labels(engine).observe(ttfa)
+            if (rtf := timings.real_time_factor) is not None:
+                self.metrics.real_time_factor.labels(engine).observe(rtf)
 
-    def builtin_voices(self) -> dict[str, BuiltinVoice]:
-        return {v.name: v for engine in self.engines.values() for v in engine.builtin_voices()}
+    # -- planning --------------------------------------------------------------------------------------------------
 
-    def resolve_voice(self, voice_id: str | None) -> VoiceRef:
-        name = voice_id or self.settings.default_voice
-        if is_blend(name):
-            return self.resolve_blend(name)
-        builtin = self.builtin_voices().get(name)
-        if builtin is not None:
-            return builtin
-        if not VOICE_ID_RE.match(name):
-            for engine_name, state in self.states.items():
-                # An engine that is loading or failed cannot list its packs yet: the name may be one of them.
-                if state.status in ("warming", "failed") and not self.engines[engine_name].builtin_voices():
-                    self.engine_for(engine_name)
-            raise NotFound(f"no voice {name!r}: not a registered voice id nor a built-in voice", code="voice_not_found")
-        return self.registry.get(name)
-
-    def resolve_blend(self, formula: str) -> BlendVoice:
-        """Resolve every part of `a(2)+b(1)` to a pack voice of one engine; a bad part is a 422 that names it."""
-        parts = parse_blend(formula)
-        voices: list[BuiltinVoice | VoiceEntry] = []
-        for index, part in enumerate(parts):
-            where = {"part": part.name, "index": index}
-            try:
-                voice = self.resolve_voice(part.name)
-            except Unavailable:  # the engine is loading or failed: not the formula's fault
-                raise
-            except ServiceError as exc:
-                raise InvalidInput(f"blend part {part.name!r}: {exc.message}", code="invalid_blend", detail=where) from exc
-            family = FAMILIES.get(voice.engine)
-            blendable = family is not None and family.accepts_packs
-            if not blendable or (isinstance(voice, VoiceEntry) and voice.kind != "pack"):
-                raise InvalidInput(
-                    f"blend part {part.name!r} is a {voice.engine} voice cloned from a clip; only style packs blend",
-                    code="invalid_blend",
-                    detail=where,
-                )
-            if voices and voice.engine != voices[0].engine:
-                raise InvalidInput(f"blend part {part.name!r} belongs to another engine", code="invalid_blend", detail=where)
-            voices.append(voice)  # type: ignore[arg-type]
-        return BlendVoice(canonical_blend(parts), voices[0].engine, tuple(zip(voices, (p.weight for p in parts))))
-
-    def engine_for(self, name: str) -> Engine:
-        engine = self.engines.get(name)
-        if engine is None:
-            raise InvalidInput(
-                f"engine {name!r} is not served by this node (it serves: {', '.join(sorted(self.engines))})",
-                code="engine_unavailable",
-            )
-        state = self.states[name]
-        retry = self.settings.retry_after_seconds
-        if state.status == "warming":
-            raise Unavailable(f"engine {name!r} is loading; retry shortly", code="warming", retry_after=retry)
-        if state.status == "failed":
-            # A failed engine answers 503 for Retry-After seconds; the first request after that starts a new load.
-            if time.monotonic() - state.since >= retry:
-                self.warm(name)
-                raise Unavailable(f"engine {name!r} is loading again; retry shortly", code="warming", retry_after=retry)
-            raise Unavailable(f"engine {name!r} failed to load: {state.reason}", code="engine_failed", retry_after=retry)
-        return engine
-
-    def plan(self, request: TTSRequest) -> Plan:
-        text = normalize_text(request.text)
-        if not text:
-            raise InvalidInput("text is empty", code="empty_text")
+    def plan(self, request: SpeechFields, engine_name: str | None = None) -> Plan:
+        text = normalize_text(_speakable(request.text))
+        if not any(unicodedata.category(char)[0] in "LNS" for char in text):
+            raise InvalidInput("text is empty: it holds nothing to speak", code="empty_text")
         if len(text) > self.settings.max_text_chars:
             raise PayloadTooLarge(
                 f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
-            self.engine_for(self.settings.default_engine)
-        voice = self.resolve_voice(request.voice_id)
-        engine = self.engine_for(voice.engine)
+            self.pool.engine_for(self.settings.default_engine)
+        voice = self.catalog.resolve(request.voice_id)
+        if engine_name is not None and voice.engine != engine_name:
+            raise InvalidInput(
+                f"voice {str(request.voice_id)[:40]!r} belongs to engine {voice.engine}, not {engine_name} (the model)",
+                code="voice_engine_mismatch",
+                detail={"param": "voice"},
+            )
+        engine = self.pool.engine_for(voice.engine)
         language = resolve_language(request.language)
         engine.check_language(language)
         options = SynthesisOptions(language=language, params=self.engine_params(engine, request))
@@ -256,65 +338,93 @@ class SynthesisService:
         return Plan(engine, voice, voice_key, text, chunks, options, key)
 
     @staticmethod
-    def engine_params(engine: Engine, request: TTSRequest) -> dict[str, Param]:
-        """The engine's generation parameters: its defaults, overridden by what the request gave."""
-        given = {name: value for name in ENGINE_PARAMS if (value := getattr(request, name)) is not None}
-        foreign = sorted(set(given) - set(engine.params))
+    def engine_params(engine: Engine, request: SpeechFields) -> dict[str, Param]:
+        """The engine family's generation parameters: its defaults, overridden by what the request gave."""
+        given = {name: value for name in ENGINE_PARAMS if (value := getattr(request, name, None)) is not None}
+        spec = FAMILIES[engine.name]
+        foreign = sorted(set(given) - set(spec.params.model_fields))
         if foreign:
-            takes = ", ".join(engine.params) or "none"
+            takes = ", ".join(spec.params.model_fields) or "none"
+            verb = "does" if len(foreign) == 1 else "do"
             raise InvalidInput(
-                f"{', '.join(foreign)} do(es) not apply to engine {engine.name!r} (it takes: {takes})",
+                f"{' and '.join(foreign)} {verb} not apply to engine {engine.name!r} (it takes: {takes})",
                 code="unsupported_parameter",
             )
-        params = {**engine.params, **given}
+        params: dict[str, Param] = spec.params.model_validate(given).model_dump()
         if isinstance(params.get("speed"), float):
             params["speed"] = round(float(params["speed"]), 3)
         engine.check_params(params)
         return params
 
     @staticmethod
-    def chunks(engine: Engine, text: str, request: TTSRequest) -> list[str]:
+    def chunks(engine: Engine, text: str, request: SpeechFields) -> list[str]:
         """Text split by the engine's caps per generation, or the request's own (0 meaning unlimited)."""
         caps = engine.caps
         max_chars = caps.max_chunk_chars if request.max_chars_per_gen is None else request.max_chars_per_gen
+        if 0 < max_chars < MIN_CHARS_PER_GEN:
+            raise InvalidInput(
+                f"max_chars_per_gen must be 0 (unlimited) or at least {MIN_CHARS_PER_GEN}; a smaller cap multiplies "
+                "the work without making the first audio earlier",
+                code="invalid_input",
+            )
         max_sentences = caps.max_sentences if request.max_sentences_per_gen is None else request.max_sentences_per_gen
         first = caps.first_chunk_chars or max_chars
         if max_chars:
             first = min(first, max_chars) if first else max_chars
         return chunk_text(text, first, max_chars, max_sentences)
 
-    def cached_pcm(self, plan: Plan) -> bytes | None:
+    # -- caches ----------------------------------------------------------------------------------------------------
+
+    async def cached_pcm(self, plan: Plan) -> bytes | None:
+        """The finished audio of an identical earlier request: from memory, else from disk (off the event loop)."""
         if plan.cache_key is None:
             return None
-        pcm = self.pcm_cache.get(plan.cache_key)
-        if pcm is None and (wav := self.wav_cache.get(plan.cache_key)) is not None:
-            pcm = wav_to_pcm(wav)
+        pcm = self.memory_cache.get(plan.cache_key)
+        if pcm is None:
+            pcm = await asyncio.to_thread(self.pcm_cache.get, plan.cache_key)
+            if pcm is not None:
+                self.memory_cache.put(plan.cache_key, pcm)
         self.metrics.cache.labels("hit" if pcm is not None else "miss").inc()
         return pcm
 
-    def cached_wav(self, plan: Plan) -> bytes | None:
-        if plan.cache_key is None:
-            return None
-        wav = self.wav_cache.get(plan.cache_key)
-        if wav is None and (pcm := self.pcm_cache.get(plan.cache_key)) is not None:
-            wav = pcm_to_wav(pcm, plan.engine.sample_rate)
-            self.wav_cache.put(plan.cache_key, wav)
-        self.metrics.cache.labels("hit" if wav is not None else "miss").inc()
-        return wav
+    async def store(self, plan: Plan, pcm: bytes) -> None:
+        if not pcm or plan.cache_key is None:
+            return
+        self.memory_cache.put(plan.cache_key, pcm)
+        try:
+            await asyncio.to_thread(self.pcm_cache.put, plan.cache_key, pcm)
+        except OSError:
+            log.warning("could not write the PCM cache entry %s", plan.cache_key, exc_info=True)
 
-    def submit(self, plan: Plan, key: str) -> Job:
-        """Admit the synthesis for fairness key `key` (or raise Busy); its steps, one chunk each, run on the GPU
-        thread, interleaved fairly with other requests' steps."""
+    async def _cached_stream(self, timings: Timings, pcm: bytes) -> AsyncIterator[bytes]:
+        outcome = "cancelled"
+        try:
+            for start in range(0, len(pcm), CACHE_SLICE):
+                piece = pcm[start : start + CACHE_SLICE]
+                if timings.first_audio is None:
+                    timings.first_audio = time.perf_counter()
+                timings.audio_bytes += len(piece)
+                yield piece
+            outcome = "ok"
+        finally:
+            self.finish(timings, outcome)
+
+    # -- generation ------------------------------------------------------------------------------------------------
+
+    def submit(self, plan: Plan, ctx: RequestContext) -> Job:
+        """Admit the synthesis (or raise Busy); its steps, one chunk each, run on the GPU thread, interleaved fairly
+        with other requests' steps."""
         engine = plan.engine
+        manager = self.pool.manager
 
         def steps() -> Iterator[Iterator[np.ndarray]]:
             try:
                 for chunk in plan.chunks:
                     # Another request may have switched engines between two steps: load again if so.
-                    self.manager.ensure(engine.name)
+                    self.pool.ensure(engine.name)
                     handle = engine.prepare_voice(plan.voice)  # cached by the engine after the first time
                     yield engine.stream(chunk, handle, plan.options)
-                    self.manager.touch(engine.name)
+                    manager.touch(engine.name)
             finally:
                 engine.release()
 
@@ -324,14 +434,14 @@ class SynthesisService:
             chars=len(plan.text),
             steps=steps,
             loop=asyncio.get_running_loop(),
-            key=key,
+            key=ctx.principal,
             deadline=time.monotonic() + timeout if timeout else None,
             units_total=len(plan.chunks),
         )
         return self.scheduler.submit(job)
 
-    async def pcm_stream(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes]:
-        """s16le PCM pieces as they are generated; caches the whole only when the synthesis completed cleanly."""
+    async def _generated(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes]:
+        """s16le PCM pieces as the GPU thread produces them; cached whole only when the synthesis completed."""
         pieces: list[bytes] = []
         outcome = "cancelled"
         try:
@@ -343,13 +453,14 @@ class SynthesisService:
                 timings.audio_bytes += len(pcm)
                 yield pcm
             outcome = "ok"
-            self.store(plan, b"".join(pieces))
+            await self.store(plan, b"".join(pieces))
+        except ServiceError as exc:
+            outcome = exc.code
+            self._log_failure(plan, timings, exc)
+            raise
         except Exception as exc:
-            outcome = "timeout" if isinstance(exc, JobCancelled) else "failed"
-            if timings.first_audio is None:  # still answerable with an error status
-                log.warning("synthesis failed before any audio (engine=%s): %s", plan.engine.name, exc)
-            else:
-                log.exception("synthesis failed mid-stream (engine=%s voice=%s)", plan.engine.name, plan.voice_key)
+            outcome = "failed"
+            self._log_failure(plan, timings, exc)
             raise
         finally:
             job.cancel()
@@ -358,22 +469,11 @@ class SynthesisService:
             timings.synthesis = job.gpu_seconds
             self.finish(timings, outcome)
 
-    def finish(self, timings: Timings, outcome: str) -> None:
-        """A request ended: its one log line, and its metrics."""
-        timings.end()
-        timings.log(outcome)
-        engine = timings.plan.engine.name
-        self.metrics.requests.labels(engine, timings.route, outcome).inc()
-        if (ttfa := timings.time_to_first_audio) is not None and outcome == "ok":
-            self.metrics.time_to_first_audio.labels(engine).observe(ttfa)
-        if (rtf := timings.real_time_factor) is not None and outcome == "ok":
-            self.metrics.real_time_factor.labels(engine).observe(rtf)
-
-    def store(self, plan: Plan, pcm: bytes) -> None:
-        if not pcm or plan.cache_key is None:
-            return
-        self.wav_cache.put(plan.cache_key, pcm_to_wav(pcm, plan.engine.sample_rate))
-        try:
-            self.pcm_cache.put(plan.cache_key, pcm)
-        except OSError:
-            log.warning("could not write the PCM cache entry %s", plan.cache_key, exc_info=True)
+    @staticmethod
+    def _log_failure(plan: Plan, timings: Timings, exc: Exception) -> None:
+        if timings.first_audio is None:  # still answerable with an error status
+            log.warning("synthesis failed before any audio (engine=%s): %s", plan.engine.name, exc)
+        elif isinstance(exc, JobCancelled):
+            log.warning("synthesis dropped mid-stream (engine=%s voice=%s): %s", plan.engine.name, plan.voice_key, exc)
+        else:
+            log.exception("synthesis failed mid-stream (engine=%s voice=%s)", plan.engine.name, plan.voice_key)

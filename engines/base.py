@@ -7,14 +7,22 @@ GPU thread.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errors import Unavailable
-from voice_entry import VoiceEntry
 from text import Language
+from voice_entry import VoiceEntry
+
+if TYPE_CHECKING:
+    from settings import Settings
+
+ENV_PREFIX = "POLYTTS_"
 
 
 class EngineLoadError(Unavailable):
@@ -53,7 +61,7 @@ Param = float | int | bool
 class SynthesisOptions:
     language: Language
     params: dict[str, Param] = field(default_factory=dict)
-    """The engine's generation parameters (`Engine.params`), defaults filled in."""
+    """The engine family's generation parameters (`EngineSpec.params`), defaults filled in."""
 
     def cache_params(self) -> dict[str, object]:
         """Every parameter that changes the audio: part of the cache key."""
@@ -74,12 +82,50 @@ VoiceRef = BuiltinVoice | VoiceEntry | BlendVoice
 """A voice a request resolved to: a built-in pack by name, a registered voice, or a blend."""
 
 
+class EngineParams(BaseModel):
+    """The per-request generation parameters of one engine family: each field with its range and default.
+
+    The speech request model is built from every family's fields, so a range is declared here and nowhere else.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSettings(BaseSettings):
+    """The `POLYTTS_*` settings one engine family reads; `settings.Settings` is built from every family's."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the wiring needs to know of one engine family, declared by the family's own module.
+
+    The server builds its engines from `engines.ENGINE_SPECS`; the registry checks registrations against them (a
+    node stores voices of families it cannot run, so voices stay portable).
+    """
+
+    family: str
+    clones_from_clip: bool
+    """Whether a voice can be registered from a reference clip."""
+    params: type[EngineParams]
+    settings: type[EngineSettings]
+    build: Callable[[Settings], Engine | None]
+    """The engine this node runs for the family, or None when it cannot (its package is not installed)."""
+    accepts_packs: bool = False
+    """Whether a voice can be registered from an uploaded style pack (`voice_pack`)."""
+    accepts_instead: str = ""
+    """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
+
+    def param_defaults(self) -> dict[str, Param]:
+        return self.params().model_dump()
+
+
 class Engine(ABC):
     name: str
+    """The family this engine serves (`EngineSpec.family`)."""
     sample_rate: int
     caps: EngineCaps
-    params: dict[str, Param] = {}
-    """The per-request generation parameters this engine takes, with their defaults (bounds live in protocol.py)."""
 
     def check_params(self, params: dict[str, Param]) -> None:
         """Raise InvalidInput when this node cannot honour a parameter (e.g. a denoiser that is not installed)."""
@@ -94,6 +140,10 @@ class Engine(ABC):
     def footprint(self) -> int:
         """Bytes of (device) memory the loaded model takes, for the manager's status."""
         return 0
+
+    def preflight(self) -> None:
+        """Raise EngineLoadError when the weights cannot be had now (not local, not cached, hub out of reach). Checked
+        before another engine is evicted for this one, so a working engine is never traded for one that cannot load."""
 
     @abstractmethod
     def load(self) -> None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from text import Language
+from text import LANGUAGES, Language
 
 log = logging.getLogger("polytts.g2p")
 # phonemizer warns on every word-count mismatch between text and phonemes, which punctuation makes routine.
@@ -22,6 +22,7 @@ _phonemizer_log = logging.getLogger("polytts.g2p.phonemizer")
 _phonemizer_log.setLevel(logging.ERROR)
 
 EnglishRoute = Literal["misaki", "espeak"]
+_ROUTE_NAMES = {"espeak": "espeak-ng", "ja": "pyopenjtalk", "zh": "misaki zh"}
 
 
 def choose_english_route() -> EnglishRoute:
@@ -38,8 +39,13 @@ class G2P:
         self.english = english
         self._routes: dict[str, Callable[[str], str]] = {}
 
-    def describe(self) -> dict[str, str]:
-        return {"english": self.english, "other": "espeak-ng, pyopenjtalk (ja), misaki zh (zh)"}
+    def describe(self) -> dict[str, object]:
+        """The English route, and the languages of every route whose package is installed on this node."""
+        routes: dict[str, list[str]] = {}
+        for language in {lang.code: lang for lang in LANGUAGES.values()}.values():
+            if not language.missing_package():
+                routes.setdefault(_ROUTE_NAMES[language.g2p], []).append(language.code)
+        return {"english": self.english, "routes": {name: sorted(codes) for name, codes in routes.items()}}
 
     def phonemize(self, text: str, language: Language) -> str:
         route = self._routes.get(language.code)

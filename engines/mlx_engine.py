@@ -107,6 +107,7 @@ class MlxEngine(Engine, Generic[Prepared]):
         self._prepared: OrderedDict[str, Prepared] = OrderedDict()
         # Read on the GPU thread after each load, request and unload; /health shows this copy.
         self._memory: dict[str, int] = {}
+        self._loaded_bytes = 0
         self._device = "not loaded"
 
     # -- lifetime --------------------------------------------------------------------------------------------------
@@ -120,8 +121,16 @@ class MlxEngine(Engine, Generic[Prepared]):
         return self.model is not None
 
     @property
+    def footprint(self) -> int:
+        """The allocator's active memory right after the load: the weights as they sit in device memory."""
+        return self._loaded_bytes if self.loaded else 0
+
+    @property
     def model_key(self) -> str:
         return model_key(self._checkpoint or self.model_ref)
+
+    def preflight(self) -> None:
+        resolve_model_folder(self.model_ref, HUB_FILES, self.setting)
 
     def load(self) -> None:
         started = time.perf_counter()
@@ -130,6 +139,7 @@ class MlxEngine(Engine, Generic[Prepared]):
         self._checkpoint = f"mlx-{self.name}:{self.model_ref}@{loaded.revision[:16]}"
         self.sample_rate = int(getattr(self.model, "sample_rate", self.sample_rate))
         self._memory = mlx_memory()
+        self._loaded_bytes = self._memory["active"]
         log.info(
             "%s (MLX) loaded from %s on %s in %.2fs", self.name, self.folder, self._device, time.perf_counter() - started
         )

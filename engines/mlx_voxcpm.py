@@ -31,7 +31,6 @@ class MlxVoxPrompt:
 class MlxVoxCPMEngine(MlxEngine[MlxVoxPrompt]):
     name = "voxcpm"
     sample_rate = 48_000
-    params: dict[str, Param] = {"cfg_value": 2.0, "inference_timesteps": 10, "normalize": False, "denoise": False}
 
     def __init__(self, *, model: str, cache_mb: int, max_voices: int, max_ref_seconds: float, max_len: int, caps: EngineCaps) -> None:
         super().__init__(

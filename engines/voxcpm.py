@@ -16,14 +16,17 @@ holds one KV cache, so generations never interleave: the GPU thread runs one at 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import soundfile as sf
+from pydantic import Field
 
 from engines.artefacts import model_key, read_clip, write_atomically
 from engines.base import (
@@ -31,15 +34,21 @@ from engines.base import (
     Engine,
     EngineCaps,
     EngineLoadError,
+    EngineParams,
+    EngineSettings,
+    EngineSpec,
     Param,
     SynthesisOptions,
     VoiceRef,
 )
 from engines.hub import resolve_model_folder, weights_revision
 from errors import InvalidInput
-from voice_entry import VoiceEntry
-from runtime import torch_device, torch_device_memory
+from runtime import torch_device, torch_device_memory, uses_mlx
 from text import Language
+from voice_entry import VoiceEntry
+
+if TYPE_CHECKING:
+    from settings import Settings
 
 log = logging.getLogger("polytts.engines.voxcpm")
 
@@ -72,10 +81,45 @@ def prompt_sources(voice: VoiceEntry) -> tuple[Path, Path | None, str | None]:
     return voice.audio_path, None, None
 
 
+class VoxCPMParams(EngineParams):
+    cfg_value: float = Field(2.0, ge=0.5, le=10.0, description="VoxCPM: guidance scale (default 2.0).")
+    inference_timesteps: int = Field(
+        10, ge=1, le=100, description="VoxCPM: diffusion steps per patch (default 10); more is slower and finer."
+    )
+    normalize: bool = Field(False, description="VoxCPM: normalise numbers and symbols first (default false).")
+    denoise: bool = Field(
+        False, description="VoxCPM: denoise the voice's prompt audio first (default false; needs POLYTTS_VOXCPM_DENOISER)."
+    )
+
+
+class VoxCPMSettings(EngineSettings):
+    voxcpm_model: str = "openbmb/VoxCPM2"
+    """VoxCPM2 weights: a hub id (fetched into the hub cache when online) or a local folder (`config.json`,
+    `model.safetensors`, `audiovae.safetensors`, tokenizer files)."""
+
+    voxcpm_denoiser: Path | None = None
+    """Local folder of the ZipEnhancer denoiser (needs `modelscope`). Unset: no denoiser, never downloaded, and a
+    request with `denoise=true` is a 422."""
+
+    voxcpm_max_chars: int = Field(80, ge=0)
+    """Cap on the characters of one VoxCPM generation (quality drops on long ones); 0 is unlimited."""
+
+    voxcpm_max_sentences: int = Field(3, ge=0)
+    """Cap on the sentences of one VoxCPM generation; 0 is unlimited."""
+
+    voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
+    """Reference and prompt clips are trimmed to this many seconds before the cloning engines encode them."""
+
+    voxcpm_max_len: int = Field(2000, ge=4, le=20_000)
+    """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""
+
+    mlx_voxcpm_model: str = "mlx-community/VoxCPM2-8bit"
+    """MLX runtime: VoxCPM2 weights (hub id or local folder)."""
+
+
 class VoxCPMEngine(Engine):
     name = "voxcpm"
     sample_rate = SAMPLE_RATE
-    params: dict[str, Param] = {"cfg_value": 2.0, "inference_timesteps": 10, "normalize": False, "denoise": False}
 
     def __init__(
         self,
@@ -115,6 +159,9 @@ class VoxCPMEngine(Engine):
     @property
     def model_key(self) -> str:
         return model_key(self._checkpoint or self.model_ref)
+
+    def preflight(self) -> None:
+        resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_VOXCPM_MODEL")
 
     def load(self) -> None:
         started = time.perf_counter()
@@ -251,3 +298,33 @@ class VoxCPMEngine(Engine):
             "prepared_voices": len(self._prompt_caches),
             "memory": memory,
         }
+
+
+def build(settings: Settings) -> Engine | None:
+    """VoxCPM2 through mlx-audio on the MLX runtime, else through `voxcpm` on PyTorch when it is installed."""
+    # VoxCPM streams inside a generation, so its first chunk needs no shorter cap.
+    caps = EngineCaps(0, settings.voxcpm_max_chars, settings.voxcpm_max_sentences, interleavable=False)
+    if uses_mlx(settings.runtime):
+        from engines.mlx_voxcpm import MlxVoxCPMEngine
+
+        return MlxVoxCPMEngine(
+            model=settings.mlx_voxcpm_model,
+            cache_mb=settings.mlx_cache_mb,
+            max_voices=settings.max_voices_mem,
+            max_ref_seconds=settings.voxcpm_max_ref_seconds,
+            max_len=settings.voxcpm_max_len,
+            caps=caps,
+        )
+    if importlib.util.find_spec("voxcpm") is None:
+        return None
+    return VoxCPMEngine(
+        model=settings.voxcpm_model,
+        runtime=settings.runtime,
+        denoiser=settings.voxcpm_denoiser,
+        max_ref_seconds=settings.voxcpm_max_ref_seconds,
+        max_len=settings.voxcpm_max_len,
+        caps=caps,
+    )
+
+
+SPEC = EngineSpec(family="voxcpm", clones_from_clip=True, params=VoxCPMParams, settings=VoxCPMSettings, build=build)

@@ -92,8 +92,12 @@ def main(argv: list[str]) -> int:
 
     try:
         dest = Path(argv[0]) if argv else load_settings().kokoro_onnx_path
+    except SettingsError as exc:
+        sys.stderr.write(f"polytts: {exc}\n")  # the same words server.py would say, and its exit status
+        return 2
+    try:
         assemble(dest)
-    except (AssemblyError, SettingsError) as exc:
+    except AssemblyError as exc:
         log.error("%s", exc)
         return 1
     return 0

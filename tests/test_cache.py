@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cache import WavCache, synthesis_key
+from cache import MemoryCache, synthesis_key
 
 BASE: dict[str, object] = {
     "text": "Hello, world.",
@@ -66,7 +66,7 @@ def test_synthesis_key_accepts_non_ascii_and_lone_surrogates() -> None:
 
 
 def test_get_put_round_trip_and_stats() -> None:
-    cache = WavCache(100)
+    cache = MemoryCache(100)
     assert cache.get("a") is None
     cache.put("a", b"x" * 10)
     assert cache.get("a") == b"x" * 10
@@ -75,7 +75,7 @@ def test_get_put_round_trip_and_stats() -> None:
 
 
 def test_lru_eviction_and_get_refreshes() -> None:
-    cache = WavCache(30)
+    cache = MemoryCache(30)
     cache.put("a", b"a" * 10)
     cache.put("b", b"b" * 10)
     cache.put("c", b"c" * 10)
@@ -87,7 +87,7 @@ def test_lru_eviction_and_get_refreshes() -> None:
 
 
 def test_eviction_frees_enough_for_a_large_item() -> None:
-    cache = WavCache(30)
+    cache = MemoryCache(30)
     for k in "abc":
         cache.put(k, b"." * 10)
     cache.put("big", b"." * 25)
@@ -97,7 +97,7 @@ def test_eviction_frees_enough_for_a_large_item() -> None:
 
 def test_byte_bound_holds_after_many_puts() -> None:
     rng = random.Random(1)
-    cache = WavCache(1000)
+    cache = MemoryCache(1000)
     for i in range(500):
         cache.put(f"k{i}", bytes(rng.randint(1, 300)))
         assert cache.stats()["bytes"] <= 1000
@@ -106,7 +106,7 @@ def test_byte_bound_holds_after_many_puts() -> None:
 
 
 def test_oversize_item_not_stored() -> None:
-    cache = WavCache(10)
+    cache = MemoryCache(10)
     cache.put("small", b"s" * 5)
     cache.put("big", b"b" * 11)
     assert cache.get("big") is None
@@ -115,7 +115,7 @@ def test_oversize_item_not_stored() -> None:
 
 
 def test_oversize_replacement_drops_old_value() -> None:
-    cache = WavCache(10)
+    cache = MemoryCache(10)
     cache.put("k", b"old")
     cache.put("k", b"n" * 11)
     assert cache.get("k") is None
@@ -123,7 +123,7 @@ def test_oversize_replacement_drops_old_value() -> None:
 
 
 def test_replacing_a_key_updates_bytes() -> None:
-    cache = WavCache(100)
+    cache = MemoryCache(100)
     cache.put("k", b"x" * 40)
     cache.put("k", b"y" * 15)
     assert cache.get("k") == b"y" * 15
@@ -132,7 +132,7 @@ def test_replacing_a_key_updates_bytes() -> None:
 
 
 def test_replacing_a_key_makes_it_most_recent() -> None:
-    cache = WavCache(20)
+    cache = MemoryCache(20)
     cache.put("a", b"a" * 10)
     cache.put("b", b"b" * 10)
     cache.put("a", b"A" * 10)
@@ -142,13 +142,13 @@ def test_replacing_a_key_makes_it_most_recent() -> None:
 
 
 def test_exact_fit_is_stored() -> None:
-    cache = WavCache(10)
+    cache = MemoryCache(10)
     cache.put("k", b"x" * 10)
     assert cache.get("k") == b"x" * 10
 
 
 def test_disabled_cache_stores_nothing() -> None:
-    cache = WavCache(0)
+    cache = MemoryCache(0)
     cache.put("k", b"x")
     assert cache.get("k") is None
     assert cache.stats() == {"entries": 0, "bytes": 0, "max_bytes": 0, "hits": 0, "misses": 1}
@@ -156,11 +156,11 @@ def test_disabled_cache_stores_nothing() -> None:
 
 def test_negative_bound_rejected() -> None:
     with pytest.raises(ValueError):
-        WavCache(-1)
+        MemoryCache(-1)
 
 
 def test_clear_empties_but_keeps_counters() -> None:
-    cache = WavCache(100)
+    cache = MemoryCache(100)
     cache.put("k", b"x" * 10)
     cache.get("k")
     cache.clear()
@@ -169,7 +169,7 @@ def test_clear_empties_but_keeps_counters() -> None:
 
 
 def test_concurrent_puts_and_gets_keep_accounting_exact() -> None:
-    cache = WavCache(5000)
+    cache = MemoryCache(5000)
     keys = [f"k{i}" for i in range(40)]
     errors: list[BaseException] = []
 

@@ -11,8 +11,8 @@ import pytest
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
 from errors import InvalidInput
-from voice_entry import VoiceEntry
 from text import resolve_language
+from voice_entry import VoiceEntry
 
 CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)
 ENGLISH = SynthesisOptions(language=resolve_language("en"))

@@ -10,9 +10,14 @@ import numpy as np
 import pytest
 
 from conftest import TINY_KOKORO_VOICES
+from engine_pool import EnginePool, build_engines
+from engines import ENGINE_SPECS
 from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import KokoroEngine
 from errors import InvalidInput
+from metrics import Metrics
+from scheduler import GpuThread
+from settings import load_settings
 from text import chunk_text, resolve_language
 
 CAPS = EngineCaps(first_chunk_chars=40, max_chunk_chars=120)
@@ -94,3 +99,17 @@ def test_a_folder_without_weights_is_named(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(EngineLoadError, match="config.json and exactly one .pth"):
         torch_engine(str(tmp_path / "empty")).load()
+
+
+async def test_the_manager_reports_the_footprint_measured_after_load(tiny_kokoro: Path, tmp_path: Path) -> None:
+    settings = load_settings(kokoro_backend="torch", kokoro_model=str(tiny_kokoro), runtime="cpu", cache_dir=tmp_path)
+    gpu = GpuThread()
+    pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, Metrics(dict, dict))
+    assert pool.manager.status()["units"]["kokoro"]["footprint"] == 0  # nothing is loaded yet
+    gpu.start()
+    try:
+        await gpu.run(pool.manager.ensure, "kokoro")
+        assert pool.manager.status()["units"]["kokoro"]["footprint"] > 100_000_000
+    finally:
+        await gpu.run(pool.manager.unload_now, None)
+        gpu.stop()

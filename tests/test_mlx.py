@@ -9,17 +9,18 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
-
 from conftest import wav_clip
+
+from engines import FAMILIES
 from engines.base import BlendVoice, BuiltinVoice, EngineCaps, SynthesisOptions
 from engines.kokoro import KokoroEngine
 from engines.mlx_engine import WrongThread
 from engines.mlx_qwen import MlxQwenEngine
 from engines.mlx_voxcpm import MlxVoxCPMEngine
 from registry import Registration, VoiceRegistry
-from voice_entry import VoiceEntry
 from scheduler import GpuThread
 from text import resolve_language
+from voice_entry import VoiceEntry
 
 T = TypeVar("T")
 CAPS = EngineCaps(0, 300, 0, interleavable=False)
@@ -117,7 +118,7 @@ def test_voxcpm_on_mlx_streams_per_generation(gpu: GpuThread, tiny_mlx_models: d
     on(gpu, engine.load)
     try:
         assert engine.sample_rate == 48_000
-        options = SynthesisOptions(resolve_language("en"), dict(engine.params))
+        options = SynthesisOptions(resolve_language("en"), FAMILIES[engine.name].param_defaults())
         for fields in ({}, {"ref_text": "", "x_vector_only_mode": True},
                        {"seed_audio": wav_clip(1.0, 555), "seed_text": "calm"}):  # fmt: skip
             voice = register(registry, "voxcpm", audio=wav_clip(1.5, 200 + len(fields)), **fields)

@@ -95,6 +95,12 @@ def _group(pgid: int) -> list[int]:
     return members
 
 
+def _default_sigint() -> None:
+    """A shell started in the background (CI, `nohup`, `&`) begins with SIGINT ignored, and a non-interactive shell
+    can neither trap nor reset a signal it started with ignored; run.sh gets SIGINT as a terminal would give it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class RunSh:
     """`./run.sh` in its own session; stderr goes to a file (never a pipe that can fill up)."""
 
@@ -110,7 +116,7 @@ class RunSh:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 ["./run.sh"], cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_default_sigint,
             )
         return self
 
@@ -314,3 +320,11 @@ def test_signal_to_run_sh_stops_server_and_run_sh(tmp_path: Path, sig: signal.Si
         assert "Finished server process" in stderr  # a graceful uvicorn shutdown, not a kill
         assert _health(port) is None
         _wait_for(lambda: not _group(runner.pid), STOP_S, "run.sh's process group to be gone")
+
+
+def test_run_sh_with_an_invalid_setting_says_only_that(tmp_path: Path) -> None:
+    with run_sh(tmp_path, free_port(), POLYTTS_PORT="notaport") as runner:
+        assert runner.wait(FIRST_HEALTH_S) == 2
+        stderr = runner.stderr()
+    assert "POLYTTS_PORT" in stderr and "invalid configuration" in stderr
+    assert "could not be assembled" not in stderr and "Traceback" not in stderr

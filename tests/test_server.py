@@ -139,7 +139,9 @@ def test_invalid_voice_ids_never_reach_the_disk(client: httpx.Client) -> None:
         response = client.get(f"/voices/{bad}")
         assert response.status_code in (404, 422), bad
         assert response.status_code != 200
-    assert client.get("/voices/0123456789abcdeg").json()["code"] == "invalid_voice_id"
+    # A name that is neither a built-in nor an id names no voice (issue 9); deleting one is a malformed id.
+    assert client.get("/voices/0123456789abcdeg").json()["code"] == "voice_not_found"
+    assert client.delete("/voices/0123456789abcdeg").json()["code"] == "invalid_voice_id"
     assert client.delete("/voices/NOT-AN-ID").json()["code"] == "invalid_voice_id"
 
 
@@ -264,6 +266,41 @@ def test_client_errors_are_decided_before_the_first_byte(
     assert response.json()["code"] == code
     if code == "language_not_installed":
         assert "pyopenjtalk-plus" in response.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code", "says"),
+    [
+        (b'{"text": "lone \\ud800 surrogate"}', 422, "invalid_text", "surrogate"),
+        ('{"text": "\u200b\u200c\u200d\u2060\ufeff"}'.encode(), 422, "empty_text", "nothing to speak"),
+        (b"this is not json", 422, "invalid_input", "not valid JSON"),
+        (b'{"text": "hi", "max_chars_per_gen": 1}', 422, "invalid_input", "at least"),
+    ],
+    ids=["surrogate", "zero-width", "not-json", "tiny-cap"],
+)
+def test_hostile_bodies_get_clear_client_errors(client: httpx.Client, content: bytes, status: int, code: str,
+                                                 says: str) -> None:  # fmt: skip
+    response = client.post("/tts", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert response.json()["code"] == code and says in response.json()["message"]
+    assert '"8"' not in response.text  # a JSON error position is not presented as a field
+
+
+def test_a_huge_voice_name_is_not_echoed_back(client: httpx.Client) -> None:
+    name = "v" * 1_000_000
+    response = client.post("/tts", json={"text": "hi", "voice_id": name})
+    assert response.status_code == 404 and response.json()["code"] == "voice_not_found"
+    assert len(response.text) < 1000
+
+
+def test_refused_requests_are_logged_and_counted(client: httpx.Client, server: ServerProcess) -> None:
+    assert client.post("/tts", json={"text": "hi", "voice_id": "no_such_voice_here"}).status_code == 404
+    assert client.post("/tts/stream", content=b"{", headers={"content-type": "application/json"}).status_code == 422
+    metrics = client.get("/metrics").text
+    assert 'polytts_requests_total{engine="none",outcome="voice_not_found",route="tts"} ' in metrics
+    assert 'polytts_requests_total{engine="none",outcome="invalid_input",route="tts/stream"} ' in metrics
+    log = server.log()
+    assert "tts outcome=voice_not_found engine=-" in log and "tts/stream outcome=invalid_input" in log
 
 
 def test_voice_of_an_engine_this_node_lacks_is_a_422(client: httpx.Client) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,10 +11,13 @@ import numpy as np
 import pytest
 
 from errors import Busy, InvalidInput, NotFound, PayloadTooLarge
+from pcm_cache import PcmCache
 from protocol import TTSRequest
-from server import Service, build_service
+from service import Service, build_service
 from settings import load_settings
-from synthesis import Timings
+from synthesis import RequestContext
+
+CONTEXT = RequestContext("test", principal="test")
 
 
 @pytest.fixture
@@ -27,22 +31,21 @@ async def service(tmp_path: Path, assembled_model: Path) -> AsyncIterator[Servic
     )
     built = build_service(settings)
     built.gpu.start()
-    built.states["kokoro"].status = "ready"
+    built.pool.states["kokoro"].status = "ready"
     yield built
     built.gpu.stop()
 
 
 async def synthesize(service: Service, text: str) -> bytes:
-    plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
-    job = service.synthesis.submit(plan, "test")
-    return b"".join([pcm async for pcm in service.synthesis.pcm_stream(plan, job, Timings("test", plan))])
+    speech = await service.synthesis.speak(TTSRequest(text=text, language="en"), CONTEXT)
+    return b"".join([pcm async for pcm in speech.pcm()])
 
 
 async def test_a_clean_synthesis_is_cached_in_both_layers(service: Service, caplog: pytest.LogCaptureFixture) -> None:
     pcm = await synthesize(service, "Cache me.")
     plan = service.synthesis.plan(TTSRequest(text="Cache me.", language="en"))
-    assert service.synthesis.cached_pcm(plan) == pcm
-    assert service.synthesis.cached_wav(plan)[44:] == pcm
+    assert service.synthesis.memory_cache.get(plan.cache_key) == pcm
+    assert service.synthesis.pcm_cache.get(plan.cache_key) == pcm
     assert service.synthesis.pcm_cache.stats()["entries"] == 1
     line = next(r.getMessage() for r in caplog.records if r.name == "polytts.synthesis")
     assert "outcome=ok" in line and "ttfa=" in line and "rtf=" in line and "chars=9" in line
@@ -51,7 +54,7 @@ async def test_a_clean_synthesis_is_cached_in_both_layers(service: Service, capl
 async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
     service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    engine = service.engines["kokoro"]
+    engine = service.pool.engines["kokoro"]
     real_stream = engine.stream
 
     def breaks_after_one_piece(text: str, voice: object, options: object) -> Iterator[np.ndarray]:
@@ -63,11 +66,12 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
     plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
     received = []
     with pytest.raises(RuntimeError, match="device lost"):
-        async for pcm in service.synthesis.pcm_stream(plan, service.synthesis.submit(plan, "test"), Timings("test", plan)):
+        speech = await service.synthesis.speak(TTSRequest(text=text, language="en"), CONTEXT)
+        async for pcm in speech.pcm():
             received.append(pcm)
     assert len(received) == 1
-    assert service.synthesis.cached_pcm(plan) is None
-    assert service.synthesis.pcm_cache.stats()["entries"] == 0 and service.synthesis.wav_cache.stats()["entries"] == 0
+    assert await service.synthesis.cached_pcm(plan) is None
+    assert service.synthesis.pcm_cache.stats()["entries"] == 0 and service.synthesis.memory_cache.stats()["entries"] == 0
     assert "synthesis failed mid-stream" in caplog.text and "outcome=failed" in caplog.text
     monkeypatch.undo()
     assert await synthesize(service, "Still serving.")  # the GPU thread survived
@@ -75,15 +79,15 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
 
 async def test_an_abandoned_stream_caches_nothing_and_frees_the_slot(service: Service) -> None:
     text = " ".join(f"Sentence {i} of many." for i in range(20))
-    plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
-    stream = service.synthesis.pcm_stream(plan, service.synthesis.submit(plan, "test"), Timings("test", plan))
+    request = TTSRequest(text=text, language="en")
+    stream = (await service.synthesis.speak(request, CONTEXT)).pcm()
     assert await anext(stream)
     with pytest.raises(Busy):  # max_inflight=1
-        service.synthesis.submit(plan, "test")
+        await service.synthesis.speak(request, CONTEXT)
     await stream.aclose()  # what a client disconnect does
     while service.scheduler.stats()["running"]:  # the step under way finishes; no further one starts
         await asyncio.sleep(0.05)
-    assert service.synthesis.cached_pcm(plan) is None
+    assert await service.synthesis.cached_pcm(service.synthesis.plan(request)) is None
     assert await synthesize(service, "Next.")
 
 
@@ -105,7 +109,38 @@ def test_cache_key_covers_voice_text_and_parameters(service: Service) -> None:
         plan(TTSRequest(text="Same text.", voice_id="jm_kumo")).cache_key,
         plan(TTSRequest(text="Same text.", language="en-gb")).cache_key,
         plan(TTSRequest(text="Other text.")).cache_key,
-        plan(TTSRequest(text="Same text.", max_chars_per_gen=5)).cache_key,
+        plan(TTSRequest(text="Same text, said twice over.")).cache_key,
+        plan(TTSRequest(text="Same text, said twice over.", max_chars_per_gen=20)).cache_key,
     }
-    assert len(keys) == 6
+    assert len(keys) == 7
+    with pytest.raises(InvalidInput, match="at least 20"):  # a cap of a few characters would multiply the work
+        plan(TTSRequest(text="Same text.", max_chars_per_gen=5))
     assert plan(TTSRequest(text="Same   text.")).cache_key == plan(TTSRequest(text="Same text.")).cache_key
+
+
+class StalledDisk(PcmCache):
+    """The file layer under the PCM cache, stalled: the first write blocks until the test lets it go."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, 1 << 20)
+        self.writing = threading.Event()
+        self.release = threading.Event()
+
+    def put(self, key: str, pcm: bytes) -> None:
+        if not self.writing.is_set():
+            self.writing.set()
+            assert self.release.wait(60), "the test never released the stalled write"
+        super().put(key, pcm)
+
+
+async def test_a_stalled_cache_disk_does_not_delay_another_stream(service: Service, tmp_path: Path) -> None:
+    disk = service.synthesis.pcm_cache = StalledDisk(tmp_path / "stalled")
+    first = asyncio.create_task(synthesize(service, "My cache write stalls."))
+    while not disk.writing.is_set():  # the first request's audio is done; its cache write is now stuck
+        await asyncio.sleep(0.01)
+    # On the event loop, the stuck write would stall every other request: this one could never finish.
+    assert await asyncio.wait_for(synthesize(service, "Another request streams meanwhile."), 120)
+    assert not first.done()
+    disk.release.set()
+    assert await first
+    assert disk.stats()["entries"] == 2

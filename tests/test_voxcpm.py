@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import ROOT, wav_clip
+
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
+from engines.voxcpm import SPEC as VOXCPM
 from engines.voxcpm import VoxCPMEngine
 from errors import InvalidInput
 from registry import Registration, VoiceRegistry
-from voice_entry import VoiceEntry
 from text import resolve_language
+from voice_entry import VoiceEntry
 
 MAX_LEN = 16  # audio patches per generation: the random model never stops by itself
 PIECE = 7680  # samples per streamed piece: 160 ms at 48 kHz
@@ -52,7 +53,7 @@ def register(registry: VoiceRegistry, **fields: object) -> VoiceEntry:
 
 
 def options(engine: VoxCPMEngine, **params: object) -> SynthesisOptions:
-    return SynthesisOptions(resolve_language("en"), {**engine.params, **params})  # type: ignore[dict-item]
+    return SynthesisOptions(resolve_language("en"), {**VOXCPM.param_defaults(), **params})  # type: ignore[dict-item]
 
 
 def test_loads_at_48khz_with_its_checkpoint(engine: VoxCPMEngine, tiny_voxcpm: Path) -> None:
@@ -102,9 +103,9 @@ def test_normalize_and_parameters(engine: VoxCPMEngine, registry: VoiceRegistry)
 
 def test_denoise_needs_a_denoiser(engine: VoxCPMEngine) -> None:
     with pytest.raises(InvalidInput) as err:
-        engine.check_params({**engine.params, "denoise": True})
+        engine.check_params({**VOXCPM.param_defaults(), "denoise": True})
     assert err.value.code == "denoiser_unavailable"
-    engine.check_params(dict(engine.params))
+    engine.check_params(VOXCPM.param_defaults())
 
 
 def test_only_registered_clips_are_voices(engine: VoxCPMEngine) -> None:

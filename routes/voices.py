@@ -1,0 +1,77 @@
+"""Voice registration and listing: `POST /voices`, `GET /voices`, `GET /voices/{name}`, `DELETE /voices/{id}`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from dependencies import ServiceDep
+from engines import FAMILIES
+from errors import Conflict, InvalidInput
+from protocol import VoiceCreated
+from registry import Registration, check_voice_id
+from uploads import FormPart, read_form
+
+router = APIRouter(tags=["voices"])
+
+
+def _flag(parts: dict[str, FormPart], name: str) -> bool:
+    part = parts.get(name)
+    if part is None:
+        return False
+    value = part.text().strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise InvalidInput(f"{name} must be true or false, not {value[:20]!r}", code="invalid_field")
+
+
+def registration_from_form(parts: dict[str, FormPart]) -> Registration:
+    audio, pack = parts.get("audio"), parts.get("voice_pack")
+    if (audio is None or audio.filename is None) and (pack is None or pack.filename is None):
+        raise InvalidInput("the form needs an 'audio' file (or, for kokoro, a 'voice_pack' file)", code="audio_required")
+    engine = parts.get("engine")
+    if engine is None or not engine.text().strip():
+        raise InvalidInput(f"the form needs an 'engine' (one of {', '.join(FAMILIES)})", code="engine_required")
+    seed, seed_text = parts.get("seed_audio"), parts.get("seed_text")
+    return Registration(
+        audio=bytes(audio.data) if audio is not None else b"",
+        voice_pack=bytes(pack.data) if pack is not None else None,
+        voice_pack_filename=(pack.filename or "") if pack is not None else "",
+        engine=engine.text().strip(),
+        ref_text=parts["ref_text"].text() if "ref_text" in parts else "",
+        x_vector_only_mode=_flag(parts, "x_vector_only_mode"),
+        seed_audio=bytes(seed.data) if seed is not None and seed.data else None,
+        seed_text=seed_text.text() if seed_text is not None else None,
+        replace=_flag(parts, "replace"),
+    )
+
+
+@router.post("/voices", response_model=VoiceCreated, status_code=201)
+async def register_voice(request: Request, service: ServiceDep) -> JSONResponse:
+    parts = await read_form(request, file_limit=service.settings.max_upload_bytes)
+    entry, created = await asyncio.to_thread(service.registry.register, registration_from_form(parts))
+    body = VoiceCreated(voice_id=entry.voice_id, created=created)
+    return JSONResponse(body.model_dump(), status_code=201 if created else 200)
+
+
+@router.get("/voices")
+async def list_voices(service: ServiceDep) -> dict[str, Any]:
+    return {"voices": await asyncio.to_thread(service.catalog.listing)}
+
+
+@router.get("/voices/{name}")
+async def get_voice(name: str, service: ServiceDep) -> dict[str, Any]:
+    return service.catalog.view(await asyncio.to_thread(service.catalog.get, name))
+
+
+@router.delete("/voices/{voice_id}")
+async def delete_voice(voice_id: str, service: ServiceDep) -> dict[str, str]:
+    if voice_id in service.catalog.builtins():
+        raise Conflict(f"{voice_id!r} is a built-in voice and cannot be deleted", code="builtin_voice")
+    entry = await asyncio.to_thread(service.registry.delete, check_voice_id(voice_id))
+    return {"deleted": entry.voice_id}
