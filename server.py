@@ -42,6 +42,7 @@ from pcm_cache import PcmCache
 from protocol import TTSRequest, UnloadResult, VoiceCreated
 from registry import Registration, VoiceRegistry, check_voice_id
 from residency import ManagedUnit, ModelManager, ResidencyPolicy
+from routes import docs, playground
 from runtime import RuntimeRefused, check_runtime, uses_mlx
 from scheduler import GpuThread, Scheduler
 from settings import Settings, SettingsError, load_settings
@@ -270,8 +271,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
             service.gpu.stop()
 
-    app = FastAPI(title="PolyTTS", lifespan=lifespan)
+    app = FastAPI(title="PolyTTS", lifespan=lifespan, docs_url=None, redoc_url=None)  # routes/docs.py: offline
     install_error_handlers(app, settings.retry_after_seconds)
+    app.include_router(playground.router)
+    app.include_router(docs.router)
     app.add_middleware(AccessLog)
 
     def svc(request: Request) -> Service:
