@@ -9,6 +9,7 @@ import { canRecord, startRecording } from "./recorder.js";
 import { wavBlob } from "./wav.js";
 
 const HEALTH_PERIOD_MS = 2000;
+const HIDDEN_HEALTH_PERIOD_MS = 15000; // a background tab polls less
 const LANGUAGES = {
   "en-us": "American English", "en-gb": "British English", es: "Spanish", "fr-fr": "French", hi: "Hindi",
   it: "Italian", "pt-br": "Brazilian Portuguese", ja: "Japanese", zh: "Mandarin Chinese",
@@ -119,7 +120,7 @@ async function pollHealth() {
     summary.dataset.state = "unreachable";
     say(summary, `Server unreachable: ${describe(error)}`);
   } finally {
-    setTimeout(pollHealth, HEALTH_PERIOD_MS);
+    setTimeout(pollHealth, document.hidden ? HIDDEN_HEALTH_PERIOD_MS : HEALTH_PERIOD_MS);
   }
 }
 
@@ -231,7 +232,6 @@ function onVoiceChange() {
   if (voice) {
     const lang = voice.language ? ` Its language: ${languageName(voice.language)}.` : "";
     say($("voice-hint"), `${voice.builtin ? "Built-in" : "Registered"} ${voice.engine} voice.${lang}`);
-    say($("language-hint"), voice.language ? `Pick ${languageName(voice.language)} to speak text in the voice's own language.` : "");
   }
   checkBlend();
   renderParams();
@@ -657,12 +657,13 @@ function cloneEngines() {
 function renderCloneEngines() {
   const select = $("clip-engine");
   const engines = cloneEngines();
-  if ([...select.options].map((o) => o.value).join() === engines.join()) return;
+  if (select.dataset.engines === engines.join()) return;
+  select.dataset.engines = engines.join();
   const current = select.value;
-  select.replaceChildren(...engines.map((name) => new Option(name, name)));
+  select.replaceChildren(...(engines.length ? engines.map((name) => new Option(name, name)) : [new Option("none on this server", "")]));
   if (engines.includes(current)) select.value = current;
-  $("clip-submit").disabled = engines.length === 0;
-  if (!engines.length) say($("transcript-hint"), "No engine on this server clones a voice from a clip.");
+  select.disabled = $("clip-submit").disabled = engines.length === 0;
+  say($("clip-engine-hint"), engines.length ? "" : "No engine on this server clones a voice from a clip.");
 }
 
 async function toggleRecording() {

@@ -32,22 +32,20 @@ _assets = StaticFolder(_assets_dir(), cache_control="public, max-age=31536000, i
 router = APIRouter(include_in_schema=False)
 
 
-def _root(request: Request) -> str:
-    """The app's root path (a proxy's prefix), which every URL in the pages starts with."""
-    return str(request.scope.get("root_path", "")).rstrip("/")
+def _url(request: Request, path: str) -> str:
+    """`path` under the app's root path (a proxy's prefix): every URL in the pages."""
+    return str(request.scope.get("root_path", "")).rstrip("/") + path
 
 
 @router.get("/docs")
 async def swagger_ui(request: Request) -> HTMLResponse:
-    root = _root(request)
-    assets = root + ASSETS_PATH
     return get_swagger_ui_html(
-        openapi_url=root + request.app.openapi_url,
+        openapi_url=_url(request, request.app.openapi_url),
         title=f"{request.app.title} - Swagger UI",
-        swagger_js_url=f"{assets}/swagger-ui-bundle.js",
-        swagger_css_url=f"{assets}/swagger-ui.css",
-        swagger_favicon_url=f"{assets}/favicon.png",
-        oauth2_redirect_url=f"{root}/docs/oauth2-redirect",
+        swagger_js_url=_url(request, f"{ASSETS_PATH}/swagger-ui-bundle.js"),
+        swagger_css_url=_url(request, f"{ASSETS_PATH}/swagger-ui.css"),
+        swagger_favicon_url=_url(request, f"{ASSETS_PATH}/favicon.png"),
+        oauth2_redirect_url=_url(request, "/docs/oauth2-redirect"),
         # Swagger UI would otherwise send the schema to a public validator and show its badge.
         swagger_ui_parameters={"validatorUrl": None},
     )
@@ -60,13 +58,11 @@ async def swagger_ui_oauth2_redirect() -> HTMLResponse:
 
 @router.get("/redoc")
 async def redoc(request: Request) -> HTMLResponse:
-    root = _root(request)
-    assets = root + ASSETS_PATH
     return get_redoc_html(
-        openapi_url=root + request.app.openapi_url,
+        openapi_url=_url(request, request.app.openapi_url),
         title=f"{request.app.title} - ReDoc",
-        redoc_js_url=f"{assets}/redoc.standalone.js",
-        redoc_favicon_url=f"{assets}/favicon.png",
+        redoc_js_url=_url(request, f"{ASSETS_PATH}/redoc.standalone.js"),
+        redoc_favicon_url=_url(request, f"{ASSETS_PATH}/favicon.png"),
         with_google_fonts=False,
     )
 
