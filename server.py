@@ -25,15 +25,16 @@ import fleet
 from auth import ApiKeys, Authenticate
 from http_errors import install_error_handlers
 from middleware import AccessLog, BodyLimit
-from routes import admin, openai, operations, speech, voices
+from routes import admin, docs, openai, operations, playground, speech, voices
 from runtime import RuntimeRefused, check_runtime
 from service import Service, build_service
 from settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("polytts.server")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-PUBLIC_PATHS = ("/health", "/ready", "/metrics", "/docs", "/redoc", "/openapi.json")
-"""Answered without an API key (what balancers, brokers and scrapers poll, and the API docs)."""
+PUBLIC_PATHS = ("/", "/health", "/ready", "/metrics", "/docs", "/redoc", "/openapi.json", "/ui")
+"""Answered without an API key: what balancers, brokers and scrapers poll, the API docs and the playground (whose
+page asks for a key when the API answers 401)."""
 SPEECH_PATHS = ("/tts", "/v1/audio/speech")
 """Routes that log one line of their own per request, with its audio timings."""
 OWN_BODY_LIMITS = ("/voices",)
@@ -59,14 +60,14 @@ def create_app(settings: Settings | None = None, build: Callable[[Settings], Ser
             evictor.cancel()
             service.stop()
 
-    app = FastAPI(title="PolyTTS", lifespan=lifespan)
+    app = FastAPI(title="PolyTTS", lifespan=lifespan, docs_url=None, redoc_url=None)  # routes/docs.py: offline
     install_error_handlers(app, settings.retry_after_seconds)
     retry = settings.retry_after_seconds
     app.add_middleware(BodyLimit, limit=MAX_JSON_BODY_BYTES, own_limits=OWN_BODY_LIMITS, retry_after=retry)
     keys = ApiKeys(settings.api_keys, settings.admin_keys)
     app.add_middleware(Authenticate, keys=keys, public=PUBLIC_PATHS, retry_after=retry)
     app.add_middleware(AccessLog, own_log=SPEECH_PATHS)
-    for area in (voices, speech, openai, operations, admin):
+    for area in (voices, speech, openai, operations, admin, playground, docs):
         app.include_router(area.router)
     return app
 
