@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,42 @@ def test_input_arrays_are_not_modified() -> None:
     copy = audio.copy()
     list(ChunkJoiner(RATE).join(iter([audio]), "clause", last=False))
     assert np.array_equal(audio, copy)
+
+
+def test_real_kokoro_chunks_join_like_one_utterance(assembled_model: Path) -> None:
+    from engines.g2p import G2P
+    from engines.kokoro_onnx import OnnxBackend
+    from engines.stock_voices import StockVoices
+    from normalize import normalize_english
+    from text import chunk_text, resolve_language
+
+    backend = OnnxBackend(assembled_model, threads=2)
+    backend.load()
+    pack = StockVoices().pack("af_heart")
+    g2p, english = G2P("espeak"), resolve_language("en")
+    text = "When the morning light reached the farmhouse on the hill, the children ran down to the kitchen."
+    chunks = chunk_text(text, 60, 120)
+    assert [c.pause for c in chunks] == ["clause", "sentence"]
+
+    def synthesize(phrase: str) -> np.ndarray:
+        phonemes = g2p.phonemize(normalize_english(phrase), english)
+        tokens = [backend.vocab[p] for p in phonemes if p in backend.vocab]
+        return backend.infer(tokens, pack[len(tokens) - 1], 1.0)
+
+    raw = [synthesize(c.text) for c in chunks]
+    assert all(audible(r)[0] > 0.1 * RATE and len(r) - audible(r)[-1] > 0.1 * RATE for r in raw)  # model silence
+    joiner = ChunkJoiner(RATE)
+    outputs = [
+        np.concatenate(list(joiner.join(iter(split(r, [4800])), c.pause, last=i == len(raw) - 1)))
+        for i, (r, c) in enumerate(zip(raw, chunks))
+    ]
+    for r, out in zip(raw, outputs):  # each chunk: only its own leading and trailing silence removed
+        loud = audible(r)
+        start = loud[0] - MARGIN
+        np.testing.assert_array_equal(out[FADE : audible(out)[-1]], r[start + FADE : start + audible(out)[-1]])
+    whole = np.concatenate(outputs)
+    seam_end, seam_start = audible(outputs[0])[-1], len(outputs[0]) + audible(outputs[1])[0]
+    assert seam_start - seam_end - 1 == round(PAUSE_SECONDS["clause"] * RATE)
+    assert audible(whole)[0] == MARGIN  # no model silence before the first word
+    around_seam = whole[seam_end - RATE // 20 : seam_start + RATE // 20]
+    assert max_step(around_seam) <= max(max_step(r) for r in raw)
