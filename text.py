@@ -125,6 +125,8 @@ _MARK = re.compile(
     r"|(?P<newline>\n)"
 )
 _SPACE = re.compile(r"\s*")
+_WORD = re.compile(r"[\w'’]*")
+_DOTTED = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)+")
 _LOOKBACK = 32
 """How far back a full stop looks for the word it ends; also the context PhraseSegmenter keeps when it compacts."""
 
@@ -139,6 +141,14 @@ _BEFORE_NUMBERS = frozenset(
 )
 # ... and after one of these only when the next word is capitalised ("etc. The", but "Apple Inc. shares").
 _AMBIGUOUS = frozenset("etc inc ltd co corp jr sr st ave blvd rd esq bros al dept est ft".split())
+# Words that often open a sentence: after an ambiguous abbreviation, one of them means a new sentence began.
+_SENTENCE_OPENERS = frozenset(
+    "the a an this that these those it its he she we they i you my our your his her their there here then now "
+    "so but and or yet still also however meanwhile afterwards later today tomorrow yesterday in on at by for "
+    "from with after before during when while if as since because although though what who why how where which "
+    "one some many most all no yes not every each both another others everyone nobody nothing everything "
+    "thanks please let let's i'm it's that's there's we're they're you're he's she's".split()
+)
 
 
 @dataclass(frozen=True)
@@ -159,11 +169,17 @@ def _span(text: str, start: int, end: int) -> int:
     return len(_clean(text[start:end]))
 
 
-def _is_sentence_end(text: str, mark_start: int, stop: str, next_char: str | None) -> Pause | None:
+_WAIT = "wait"
+"""What a mark makes while the text after it is too short to decide (only ever at the end of the text)."""
+
+
+def _is_sentence_end(text: str, mark_start: int, stop: str, following: str, complete: bool) -> Pause | str | None:
     """What a run of full stops, question or exclamation marks followed by a space ends: a sentence, a clause
-    (an ellipsis or a quoted question going on in lower case: `"Why?" she asked`), or nothing (an abbreviation)."""
-    if next_char is None:
+    (an ellipsis or a quoted question going on in lower case: `"Why?" she asked`), or nothing (an abbreviation).
+    `following` is the next word ("" at the end of the text), `complete` whether it may still grow."""
+    if not following:
         return "sentence"
+    next_char = following[0]
     lower_next = next_char.islower()
     if "?" in stop or "!" in stop or "…" in stop or len(stop) > 1:
         return "clause" if lower_next else "sentence"
@@ -172,7 +188,8 @@ def _is_sentence_end(text: str, mark_start: int, stop: str, next_char: str | Non
         begin -= 1
     word = text[begin:mark_start].lstrip("\"'“‘([{«¿¡").rstrip(_CLOSERS)
     key = word.lower()
-    abbreviation = key in _TITLES or key in _BEFORE_NUMBERS or key in _AMBIGUOUS or "." in key
+    dotted = _DOTTED.fullmatch(key) is not None  # "u.s", "a.m", "ph.d"; not "3.14159"
+    abbreviation = key in _TITLES or key in _BEFORE_NUMBERS or key in _AMBIGUOUS or dotted
     initial = len(word) == 1 and word.isupper()
     if (abbreviation or initial) and lower_next:
         return None
@@ -182,8 +199,12 @@ def _is_sentence_end(text: str, mark_start: int, stop: str, next_char: str | Non
         return None if next_char.isdigit() else "sentence"
     if key == "st" and not _previous_word(text, begin)[:1].isupper():
         return None  # "St. Louis" (saint); "Elm St. The" (street) is ambiguous like the rest
-    if key in _AMBIGUOUS or "." in key:
-        return "sentence" if next_char.isupper() else None
+    if key in _AMBIGUOUS or dotted:
+        # "in the U.S. The" ends a sentence, "the U.S. Army" does not: only a word that often opens a sentence
+        # counts as the start of the next one. A missed boundary costs a longer chunk; a false one, a broken phrase.
+        if not complete:
+            return _WAIT
+        return "sentence" if following.lower() in _SENTENCE_OPENERS else None
     return "sentence"
 
 
@@ -199,30 +220,32 @@ def _previous_word(text: str, before: int) -> str:
     return text[begin:end]
 
 
-def _mark_pause(text: str, match: re.Match[str], next_char: str | None, newlines: int) -> Pause | None:
-    """The boundary a punctuation mark makes, given what follows it; None when it makes none."""
+def _mark_pause(text: str, match: re.Match[str], following: str, complete: bool, newlines: int) -> Pause | str | None:
+    """The boundary a punctuation mark makes, given the word after it; None when it makes none, _WAIT when the
+    word after it is still incomplete and matters."""
     if newlines:
         return "paragraph" if newlines > 1 else "sentence"
     spaced = match.end() == len(text) or text[match.end()].isspace()
     if match.group("stop"):
-        return _is_sentence_end(text, match.start(), match.group("stop"), next_char) if spaced else None
+        return _is_sentence_end(text, match.start(), match.group("stop"), following, complete) if spaced else None
     if match.group("cjk_stop"):
         return "sentence"
     mark = match.group("clause")
     if mark in ",;:":
         return "clause" if spaced else None  # "1,234", "3:30"
-    if mark == "–" and match.start() > 0 and text[match.start() - 1].isdigit() and (next_char or "").isdigit():
+    if mark == "–" and match.start() > 0 and text[match.start() - 1].isdigit() and following[:1].isdigit():
         return None  # a range: "1990–2000"
     return "clause"
 
 
-def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], bool]:
-    """Clause pieces of text[start:] whose ends are decided, and whether the scan reached the end.
+def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], int]:
+    """Clause pieces of text[start:] whose ends are decided, and how far the text after them surely runs.
 
     A mark is decided once the first non-space character after it is known (an abbreviation's full stop depends on
-    the next word's case; a paragraph on the blank line before it), or at the end of the text when `final`. The
-    scan stops at the first undecided mark, which can only be at the end of the text. With `final`, the text after
-    the last mark becomes a piece ended by "none".
+    the next word's case; a paragraph on the blank line before it), after an ambiguous abbreviation once the whole
+    next word is, or at the end of the text when `final`. The scan stops at the first undecided mark, which can
+    only be near the end of the text; the open piece after the decided ones reaches at least to the end of that
+    mark (or of the text). With `final`, the text after the last mark becomes a piece ended by "none".
     """
     pieces: list[_Piece] = []
     begin = _SPACE.match(text, start).end()  # type: ignore[union-attr]
@@ -230,22 +253,25 @@ def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], bool]:
     while (match := _MARK.search(text, pos)) is not None:
         after = _SPACE.match(text, match.end()).end()  # type: ignore[union-attr]
         if after == len(text) and not final:
-            return pieces, False
-        next_char = text[after] if after < len(text) else None
+            return pieces, match.end()
+        word_end = _WORD.match(text, after).end()  # type: ignore[union-attr]
+        following = text[after : max(word_end, min(after + 1, len(text)))]
         newlines = text.count("\n", match.start() if match.group("newline") else match.end(), after)
-        pause = _mark_pause(text, match, next_char, newlines)
+        pause = _mark_pause(text, match, following, final or word_end < len(text), newlines)
+        if pause == _WAIT:
+            return pieces, match.end()
         if pause is None:
             pos = match.end()
             continue
         end = match.start() if match.group("newline") else match.end()
-        pieces.append(_Piece(begin, end, pause))
+        pieces.append(_Piece(begin, end, pause))  # type: ignore[arg-type]
         begin = pos = after
     if not final:
-        return pieces, False
+        return pieces, len(text.rstrip())
     tail_end = len(text.rstrip())
     if tail_end > begin:
         pieces.append(_Piece(begin, tail_end, "none"))
-    return pieces, True
+    return pieces, tail_end
 
 
 def _ends_sentence(piece: _Piece) -> bool:
@@ -490,7 +516,7 @@ class PhraseSegmenter:
         """The next chunk and where the text after it starts, or None until more text decides it."""
         text = self._text
         cap, hard = (self._cap, self._cap) if self._started else (self._first_cap, self._first_hard)
-        pieces, _ = _pieces(text, self._pos, final)
+        pieces, floor = _pieces(text, self._pos, final)
         sentence = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), None)
         if sentence is None and final:
             sentence = pieces
@@ -504,7 +530,7 @@ class PhraseSegmenter:
             # The sentence is still open. Once what is known of it exceeds the cap it will be cut, and the cut is
             # decided as soon as the clauses it depends on are: the open last clause counts by its length so far.
             open_start = self._resume(pieces[-1].end if pieces else self._pos)
-            known = len(text.rstrip())
+            known = floor
             if known <= open_start or _span(text, pieces[0].start if pieces else open_start, known) <= cap:
                 return None
             taken = _take(text, [*pieces, _Piece(open_start, known, "none")], cap, hard, balanced=False, open_last=True)

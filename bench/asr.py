@@ -135,8 +135,17 @@ class Transcriber:
         segments, _ = self.model.transcribe(
             audio, language="en", beam_size=5, word_timestamps=True, condition_on_previous_text=False
         )
-        words = tuple(Word(w.word.strip(), w.start, w.end) for s in segments for w in (s.words or ()))
-        return Transcript(" ".join(w.text for w in words), words)
+        words: list[Word] = []
+        text = ""
+        for segment in segments:
+            text += segment.text
+            for word in segment.words or ():
+                # Whisper splits "$4.50" into " $4" and ".50": a piece without a leading space continues a word.
+                if words and not word.word[:1].isspace():
+                    words[-1] = Word(words[-1].text + word.word, words[-1].start, word.end)
+                else:
+                    words.append(Word(word.word.strip(), word.start, word.end))
+        return Transcript(" ".join(text.split()), tuple(words))
 
 
 def spoken_words(text: str) -> list[str]:

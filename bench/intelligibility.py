@@ -35,21 +35,22 @@ from bench.asr import Transcriber, report  # noqa: E402
 WER_GOAL = 0.02
 PARAGRAPHS = {
     "kitchen": (
-        "When the morning light finally reached the old farmhouse on the hill the children ran down to the kitchen "
-        "and found the recipe cards on the top shelf, each card written in their grandmother's careful hand. "
-        "They baked bread until noon."
+        "When the morning light finally reached the old farmhouse on the hill, the children ran down to the "
+        "kitchen and found the recipe cards on the top shelf, each card written in their grandmother's careful "
+        "hand. They baked bread until noon."
     ),
     "money": (
         "Dr. Smith paid $4.50 for a coffee and $12.99 for a sandwich at the station on Elm St. before the 7:45 am "
-        "train. By the end of the month he had spent more than $300 on breakfast alone, about 15% of his budget."
+        "train. By the end of the month, he had spent more than $300 on breakfast alone, about 15% of his budget."
     ),
     "dates": (
         "The museum opened on March 3, 2024, almost 120 years after the first plans were drawn in 1905. Its new "
         "wing, finished on 2025-06-21, holds 1,250 paintings and 42 sculptures from the 1920s."
     ),
     "abbreviations": (
-        "Mr. and Mrs. Jones moved from St. Louis to the U.S. capital in the spring. They packed books, lamps, "
-        "dishes, etc. into 37 boxes, e.g. the heavy ones went first, and the truck left at 6 p.m. on Friday."
+        "Mr. and Mrs. Jones moved from St. Louis to a small town in the U.S. Northwest in the spring. They packed "
+        "books, lamps, dishes, etc. The heavy boxes, e.g. the ones with books, went first, and the truck left at "
+        "6 p.m. on Friday."
     ),
     "measures": (
         "The trail climbs 850 m over 12 km, so most hikers carry at least 2 liters of water and start before dawn "

@@ -37,6 +37,8 @@ from text import (
         ("Apples, pears, etc. Then we left.", ["Apples, pears, etc.", "Then we left."]),
         ("The U.S. economy grew. So did the U.K. Then it fell.", ["The U.S. economy grew.", "So did the U.K.", "Then it fell."]),
         ("J. R. R. Tolkien wrote it.", ["J. R. R. Tolkien wrote it."]),
+        ("He joined the U.S. Army in the U.S. Northwest.", ["He joined the U.S. Army in the U.S. Northwest."]),
+        ("It was 5 p.m. Everyone left at 6 p.m. We stayed.", ["It was 5 p.m.", "Everyone left at 6 p.m.", "We stayed."]),
         ("Meet at 5 p.m. and bring food. Fine.", ["Meet at 5 p.m. and bring food.", "Fine."]),
         ("It is No. 5 on the list. I said no. Then left.", ["It is No. 5 on the list.", "I said no.", "Then left."]),
         ("He lives on Elm St. Then he moved to St. Louis.", ["He lives on Elm St.", "Then he moved to St. Louis."]),
@@ -268,6 +270,7 @@ STREAMED = [
     "Fruits, e.g. apples, pears, etc. are good. Then we went to the U.S. The end. He lives on Elm St. Then "
     "he moved to St. Louis.",
     "Sure! Here is the plan for your trip to Rome, which starts on Monday: first the Colosseum, then lunch.",
+    "They moved to the U.S. Northwest in 1990 and joined the U.S. Army. Then Acme Inc. Shares fell, etc. The end.",
 ]
 
 
@@ -326,6 +329,9 @@ def test_segmenter_waits_for_an_abbreviation_to_be_decided() -> None:
     segmenter = PhraseSegmenter(60, 120)
     assert segmenter.feed("Ask Dr. ") == []
     assert segmenter.feed("Smith. He") == [Chunk("Ask Dr. Smith.", "sentence")]
+    segmenter = PhraseSegmenter(60, 120)
+    assert segmenter.feed("Go to the U.S. The") == []  # "The" or "Theatre"? The next word decides.
+    assert segmenter.feed(" end") == [Chunk("Go to the U.S.", "sentence")]
 
 
 def test_segmenter_paragraph_pause_and_long_runs_without_punctuation() -> None:
