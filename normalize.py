@@ -89,12 +89,14 @@ _YEAR_CONTEXT = frozenset(
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff\ud800-\udfff]")
 
 # Atomic groups and the look-behind keep a long run of digits from being rescanned at every position (quadratic).
+_TOP_LEVEL_DOMAINS = "com|org|net|edu|gov|io|ai|dev|app|co|uk|de|fr|eu|us|ca|au|info|biz"
 _NUMBER = r"(?<!\d)(?>\d{1,3}(?:,\d{3})+|\d+)(?>\.\d+)?"
 _AMPM = r"(?P<ampm>[AaPp])\.?\s?[Mm]\b\.?"
 _TOKEN = re.compile(
     "|".join(
         (
             r"(?P<url>\b(?:https?://|www\.)[^\s<>\"]*[^\s<>\".,;:!?)\]'])",
+            rf"(?P<domain>(?<![\w.@-])[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.(?:{_TOP_LEVEL_DOMAINS})\b(?![.@-]?\w))",
             r"(?P<email>(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b)",
             r"(?P<iso_date>\b(?P<iso_y>\d{4})-(?P<iso_m>0?[1-9]|1[0-2])-(?P<iso_d>0?[1-9]|[12]\d|3[01])\b)",
             r"(?P<us_date>\b(?P<us_m>0?[1-9]|1[0-2])/(?P<us_d>0?[1-9]|[12]\d|3[01])/(?P<us_y>\d{4})\b)",
@@ -102,7 +104,8 @@ _TOKEN = re.compile(
             r"(?:,?\s+(?P<md_y>\d{4})\b)?)",
             rf"(?P<day_month>\b(?P<dm_d>[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?\s+(?P<dm_m>{_MONTH_NAME})\b\.?"
             r"(?:,?\s+(?P<dm_y>\d{4})\b)?)",
-            rf"(?P<clock>\b(?P<hour>[01]?\d|2[0-3]):(?P<minute>[0-5]\d)(?::(?P<second>[0-5]\d))?(?:\s*{_AMPM})?)",
+            rf"(?P<clock>\b(?P<hour>[01]?\d|2[0-3])(?::(?P<minute>[0-5]\d)(?::(?P<second>[0-5]\d))?(?:\s*{_AMPM})?"
+            rf"|\.(?P<dot_minute>[0-5]\d)\s*{_AMPM.replace('ampm', 'dot_ampm')}))",
             rf"(?P<hour_ampm>\b(?P<hour_only>1[0-2]|0?[1-9])\s*{_AMPM.replace('ampm', 'ampm2')})",
             r"(?P<phone>(?:\+?1[\s.-]?)?(?:\(\d{3}\)\s?|\b\d{3}[\s.-])?\b\d{3}[.-]\d{4}\b)",
             rf"(?P<money>(?P<money_neg>(?<![\w.])-)?(?P<cur>[$€£¥₹])\s?(?P<amount>{_NUMBER})"
@@ -279,8 +282,10 @@ def _ampm(letter: str | None) -> str:
 
 
 def _read_clock(match: re.Match[str]) -> str:
-    hour, minute, second = int(match.group("hour")), int(match.group("minute")), match.group("second")
-    ampm = _ampm(match.group("ampm"))
+    """3:30 pm, 15:45, 9:05, 7.45 am (a full stop between hours and minutes only with am or pm)."""
+    hour, second = int(match.group("hour")), match.group("second")
+    minute = int(match.group("minute") or match.group("dot_minute"))
+    ampm = _ampm(match.group("ampm") or match.group("dot_ampm"))
     if minute == 0 and not second:
         spoken = _words.cardinal(str(hour)) + ("" if ampm else " o'clock")
     elif minute < 10:
@@ -429,6 +434,7 @@ def _read_symbol(match: re.Match[str]) -> str:
 _READERS: dict[str, Callable[[re.Match[str]], str]] = {
     "url": _read_url,
     "email": lambda m: _read_address(m.group()),
+    "domain": lambda m: _read_address(m.group()),
     "iso_date": lambda m: _read_date(m.group("iso_m"), m.group("iso_d"), m.group("iso_y")),
     "us_date": lambda m: _read_date(m.group("us_m"), m.group("us_d"), m.group("us_y")),
     "month_date": _read_month_date,

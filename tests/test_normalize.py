@@ -58,6 +58,7 @@ CASES = [
     ("Leave at 9:05.", "Leave at nine oh five."),
     ("It starts at 15:45 and at 6 o'clock.", "It starts at fifteen forty-five and at six o'clock."),
     ("Lunch at 12:00.", "Lunch at twelve o'clock."),
+    ("The 7.45 am train, not 7.45 kg.", "The seven forty-five AM train, not seven point four five kilograms."),
     ("We left at 5 p.m. Then we ate.", "We left at five PM. Then we ate."),
     # phone numbers
     ("Call 555-123-4567.", "Call five five five, one two three, four five six seven."),
@@ -90,6 +91,8 @@ CASES = [
     ("Visit https://example.com/docs now.", "Visit example dot com slash docs now."),
     ("See www.example.org.", "See w w w dot example dot org."),
     ("Mail me at jane.doe@example.com.", "Mail me at jane dot doe at example dot com."),
+    ("Go to example.com or docs.python.org today.", "Go to example dot com or docs dot python dot org today."),
+    ("The file is notes.txt, see e.g. page 2.", "The file is notes.txt, see for example page two."),
     # symbols and fractions
     ("Tom & Jerry", "Tom and Jerry"),
     ("2 + 2 = 4", "two plus two equals four"),
