@@ -552,7 +552,7 @@ def bench_overhead(url: str, args: argparse.Namespace, threads: int | None) -> d
         samples = 0
         for chunk in chunks:
             handle = engine.prepare_voice(voice)
-            for piece in engine.stream(chunk, handle, options):
+            for piece in engine.stream(chunk.text, handle, options):
                 samples += len(piece)
         engine.release()
         return {"total_s": time.perf_counter() - started, "audio_s": samples / engine.sample_rate}

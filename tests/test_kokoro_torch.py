@@ -49,7 +49,7 @@ def test_chunked_streaming_yields_audio_per_chunk(engine: KokoroEngine) -> None:
     handle = engine.prepare_voice(BuiltinVoice("af_tiny", "en-us", "kokoro"))
     assert handle.shape == (510, 1, 256)
     text = "The first chunk is short. Then a longer one follows, with several words in it. And a third."
-    pieces = [piece for chunk in chunk_text(text, 40, 120) for piece in engine.stream(chunk, handle, ENGLISH)]
+    pieces = [piece for chunk in chunk_text(text, 40, 120) for piece in engine.stream(chunk.text, handle, ENGLISH)]
     assert len(pieces) >= 2
     assert all(p.dtype == np.float32 and p.ndim == 1 and len(p) > 1000 for p in pieces)
     assert all(np.isfinite(p).all() for p in pieces)
