@@ -73,6 +73,16 @@ class VoiceCatalog:
             voices.append(voice)  # type: ignore[arg-type]
         return BlendVoice(canonical_blend(parts), voices[0].engine, tuple(zip(voices, (p.weight for p in parts))))
 
+    @staticmethod
+    def language_of(voice: VoiceRef) -> str | None:
+        """The language a voice speaks when a request names none: a built-in's from its name, a blend's from its
+        first part, a registered voice's from its registration (if it gave one)."""
+        if isinstance(voice, BlendVoice):
+            return VoiceCatalog.language_of(voice.parts[0][0])
+        if isinstance(voice, BuiltinVoice):
+            return voice.language if voice.language != "unknown" else None
+        return voice.language
+
     def get(self, name: str) -> BuiltinVoice | VoiceEntry:
         """One voice by built-in name or registered id, for `GET /voices/{name}`: 404 when it is neither."""
         builtin = self.builtins().get(name)

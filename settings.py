@@ -39,8 +39,8 @@ class ServiceSettings(EngineSettings):
     default_engine: Literal["kokoro"] = "kokoro"
     """Engine loaded at start (bind first, warm after) and used when a request names no voice."""
 
-    default_voice: str = "jf_alpha"
-    """Voice used when a request names none: a built-in Kokoro pack or a registered voice id."""
+    default_voice: str = "af_heart"
+    """Voice used when a request names none: a built-in Kokoro voice, a blend or a registered voice id."""
 
     default_residency: Literal["HARD_PIN", "SOFT_PIN", "UNPINNED"] = "SOFT_PIN"
     """Residency of the default engine. HARD_PIN never idles out; SOFT_PIN and UNPINNED do."""

@@ -31,7 +31,8 @@ from pcm_cache import PcmCache
 from protocol import ENGINE_PARAMS, SpeechFields
 from scheduler import Job, JobCancelled, Scheduler
 from settings import Settings
-from text import chunk_text, normalize_text, resolve_language
+from seams import ChunkJoiner
+from text import Chunk, chunk_text, normalize_text, resolve_language
 from voice_entry import VoiceEntry
 
 log = logging.getLogger("polytts.synthesis")
@@ -48,7 +49,7 @@ class Plan:
     voice: VoiceRef
     voice_key: str
     text: str
-    chunks: list[str]
+    chunks: list[Chunk]
     options: SynthesisOptions
     cache_key: str | None
     """None while the engine's checkpoint is unknown: such a synthesis is neither served from nor put in a cache."""
@@ -315,7 +316,7 @@ class SynthesisService:
                 detail={"param": "voice"},
             )
         engine = self.pool.engine_for(voice.engine)
-        language = resolve_language(request.language)
+        language = resolve_language(request.language or self.catalog.language_of(voice))
         engine.check_language(language)
         options = SynthesisOptions(language=language, params=self.engine_params(engine, request))
         voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
@@ -329,8 +330,8 @@ class SynthesisService:
                 voice_id=cache_voice,
                 engine=engine.name,
                 checkpoint=checkpoint,
-                # Where the text is cut into generations changes the audio too.
-                params={**options.cache_params(), "chunks": [len(chunk) for chunk in chunks]},
+                # Where the text is cut into generations, and the pauses between them, change the audio too.
+                params={**options.cache_params(), "chunks": [[len(chunk.text), chunk.pause] for chunk in chunks]},
             )
             if checkpoint is not None
             else None
@@ -357,7 +358,7 @@ class SynthesisService:
         return params
 
     @staticmethod
-    def chunks(engine: Engine, text: str, request: SpeechFields) -> list[str]:
+    def chunks(engine: Engine, text: str, request: SpeechFields) -> list[Chunk]:
         """Text split by the engine's caps per generation, or the request's own (0 meaning unlimited)."""
         caps = engine.caps
         max_chars = caps.max_chunk_chars if request.max_chars_per_gen is None else request.max_chars_per_gen
@@ -418,12 +419,14 @@ class SynthesisService:
         manager = self.pool.manager
 
         def steps() -> Iterator[Iterator[np.ndarray]]:
+            joiner = ChunkJoiner(engine.sample_rate)  # trims each chunk's own silence; pauses fit the punctuation
             try:
-                for chunk in plan.chunks:
+                for index, chunk in enumerate(plan.chunks):
                     # Another request may have switched engines between two steps: load again if so.
                     self.pool.ensure(engine.name)
                     handle = engine.prepare_voice(plan.voice)  # cached by the engine after the first time
-                    yield engine.stream(chunk, handle, plan.options)
+                    pieces = engine.stream(chunk.text, handle, plan.options)
+                    yield joiner.join(pieces, chunk.pause, last=index == len(plan.chunks) - 1)
                     manager.touch(engine.name)
             finally:
                 engine.release()

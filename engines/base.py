@@ -49,9 +49,16 @@ class BuiltinVoice:
     name: str
     language: str
     engine: str
+    gender: str | None = None
 
     def public(self) -> dict[str, object]:
-        return {"voice_id": self.name, "engine": self.engine, "language": self.language, "builtin": True}
+        return {
+            "voice_id": self.name,
+            "engine": self.engine,
+            "language": self.language,
+            "gender": self.gender,
+            "builtin": True,
+        }
 
 
 Param = float | int | bool

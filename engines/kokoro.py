@@ -28,10 +28,12 @@ from engines.base import (
     VoiceRef,
 )
 from engines.g2p import G2P, choose_english_route
+from engines.stock_voices import StockVoices
 from engines.voicepacks import PACK_SHAPE, mix
-from errors import InvalidInput
+from errors import InvalidInput, NotFound
+from normalize import normalize_english
 from runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
-from text import Language
+from text import Language, voice_gender, voice_language
 from voice_entry import VoiceEntry
 
 if TYPE_CHECKING:
@@ -41,9 +43,8 @@ log = logging.getLogger("polytts.engines.kokoro")
 
 SAMPLE_RATE = 24_000
 MAX_TOKENS = 510
-_LANGUAGE_OF_PREFIX = {
-    "a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja", "p": "pt-br", "z": "zh",
-}  # fmt: skip
+ENGLISH = ("en-us", "en-gb")
+"""Languages whose text is normalized before G2P (normalize.py reads English)."""
 
 BackendName = Literal["torch", "onnx", "mlx"]
 
@@ -79,13 +80,14 @@ class KokoroBackend(ABC):
     @abstractmethod
     def unload(self) -> None: ...
 
-    @abstractmethod
     def pack_names(self) -> list[str]:
-        """Built-in voice packs, listed without loading the model."""
+        """Voice packs that come with these weights (a model folder's `voices/`), listed without loading the
+        model; the stock packs come from engines/stock_voices.py on every backend."""
+        return []
 
-    @abstractmethod
     def pack(self, name: str) -> np.ndarray:
-        """One built-in pack, shape PACK_SHAPE (model loaded)."""
+        """One of `pack_names()`, shape PACK_SHAPE (model loaded)."""
+        raise NotFound(f"Kokoro has no voice pack {name!r} with these weights", code="voice_not_found")
 
     @abstractmethod
     def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
@@ -114,6 +116,11 @@ def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -
 class KokoroParams(EngineParams):
     # Kokoro scales its predicted durations by 1/speed: every speed of OpenAI's range is native to it.
     speed: float = Field(1.0, ge=0.25, le=4.0, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
+    normalize: bool = Field(
+        True,
+        description="Kokoro: read numbers, money, dates, times, units and abbreviations as words first (English; "
+        "default true).",
+    )
 
 
 class KokoroSettings(EngineSettings):
@@ -166,6 +173,7 @@ class KokoroEngine(Engine):
         if backend != "auto" or mlx or not torch_installed():
             self.backend = self._make_backend(choose_backend(backend, None, mlx))
         self.g2p: G2P | None = None
+        self.stock = StockVoices()
         self._voices: dict[str, np.ndarray] = {}
 
     def _make_backend(self, name: BackendName) -> KokoroBackend:
@@ -204,6 +212,7 @@ class KokoroEngine(Engine):
 
     def load(self) -> None:
         self._chosen_backend().load()
+        self.stock.load_all()  # every stock pack read and checked against its sum once, here, off the request path
         if self.g2p is None:  # chosen once, at the first load
             self.g2p = G2P(choose_english_route())
             log.info("Kokoro English G2P: %s", self.g2p.english)
@@ -218,8 +227,9 @@ class KokoroEngine(Engine):
             self.backend.release()
 
     def builtin_voices(self) -> list[BuiltinVoice]:
-        names = self.backend.pack_names() if self.backend else []
-        return [BuiltinVoice(name, _LANGUAGE_OF_PREFIX.get(name[:1], "unknown"), self.name) for name in names]
+        """The stock voices (on every backend, without loading), then packs that come with the weights."""
+        names = dict.fromkeys([*self.stock.names(), *(self.backend.pack_names() if self.backend else [])])
+        return [_builtin(name, self.name) for name in names]
 
     def check_language(self, language: Language) -> None:
         if language.g2p not in ("espeak", "ja", "zh"):
@@ -236,7 +246,9 @@ class KokoroEngine(Engine):
     def _resolve(self, voice: VoiceRef) -> np.ndarray:
         assert self.backend is not None
         if isinstance(voice, BuiltinVoice):
-            return self.backend.pack(voice.name)
+            # A model folder's own pack wins over the stock one of the same name: it belongs to those weights.
+            own = voice.name in self.backend.pack_names()
+            return self.backend.pack(voice.name) if own else self.stock.pack(voice.name)
         if isinstance(voice, BlendVoice):
             return mix([(self.prepare_voice(part), weight) for part, weight in voice.parts])
         if voice.engine != self.name or voice.pack_path is None:
@@ -248,6 +260,8 @@ class KokoroEngine(Engine):
 
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
+        if options.params.get("normalize", True) and options.language.code in ENGLISH:
+            text = normalize_english(text)
         phonemes = self.g2p.phonemize(text, options.language)
         for tokens in self._token_windows(phonemes):
             yield self.backend.infer(tokens, voice[len(tokens) - 1], float(options.params.get("speed", 1.0)))
@@ -278,6 +292,11 @@ class KokoroEngine(Engine):
             "memory": backend.memory() if backend else {},
             **(backend.describe() if backend else {}),
         }
+
+
+def _builtin(name: str, engine: str) -> BuiltinVoice:
+    language = voice_language(name)
+    return BuiltinVoice(name, language.code if language else "unknown", engine, voice_gender(name))
 
 
 def _voice_key(voice: VoiceRef) -> str:

@@ -16,7 +16,6 @@ import numpy as np
 
 from engines.base import EngineLoadError
 from engines.kokoro import KokoroBackend
-from errors import InvalidInput
 from models.assemble import MODEL_FILE, SUM_FILE, is_assembled
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -31,8 +30,6 @@ class OnnxBackend(KokoroBackend):
         self.threads = threads or (os.cpu_count() or 1)
         self._session: object | None = None
         self._vocab: dict[str, int] = {}
-        self._packs: dict[str, np.ndarray] = {}
-        self._pack_names: tuple[float, list[str]] = (0.0, [])
         self._checkpoint = self._read_checkpoint()
 
     def _read_checkpoint(self) -> str | None:
@@ -77,32 +74,11 @@ class OnnxBackend(KokoroBackend):
             str(self.model_dir / MODEL_FILE), sess_options=options, providers=["CPUExecutionProvider"]
         )
         self._vocab = json.loads((self.model_dir / "vocab.json").read_text(encoding="utf-8"))["vocab"]
-        with np.load(self.model_dir / "voices.npz") as archive:
-            self._packs = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
         self._checkpoint = self._read_checkpoint()
         log.info("Kokoro ONNX loaded from %s in %.2fs (%d threads)", self.model_dir, time.perf_counter() - started, self.threads)
 
     def unload(self) -> None:
         self._session = None
-        self._packs = {}
-
-    def pack_names(self) -> list[str]:
-        """Names in voices.npz, read again only when the file changes (it may be assembled after start)."""
-        path = self.model_dir / "voices.npz"
-        try:
-            mtime = path.stat().st_mtime
-        except FileNotFoundError:
-            return []
-        if self._pack_names[0] != mtime:
-            with np.load(path) as archive:
-                self._pack_names = (mtime, sorted(archive.files))
-        return self._pack_names[1]
-
-    def pack(self, name: str) -> np.ndarray:
-        pack = self._packs.get(name)
-        if pack is None:
-            raise InvalidInput(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
-        return pack
 
     def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         inputs = {
