@@ -80,8 +80,8 @@ def npy_layout(f: BinaryIO, max_bytes: int) -> tuple[tuple[int, ...], np.dtype]:
         version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _, dtype = read_header(f)
-    except (ValueError, SyntaxError, TypeError, EOFError) as exc:
-        raise ValueError(f"no valid .npy header ({exc})") from None
+    except Exception as exc:  # numpy raises assorted errors (even tokenize's) on a malformed header
+        raise ValueError(f"no valid .npy header ({type(exc).__name__}: {exc})") from None
     if dtype.hasobject:
         raise ValueError("it holds Python objects")
     expected = f.tell() + math.prod(shape) * dtype.itemsize

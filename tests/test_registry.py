@@ -556,6 +556,12 @@ def _npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
     return out.getvalue()
 
 
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return out.getvalue()
+
+
 GOOD_PACK = _npy(np.zeros((510, 1, 256), np.float32))
 NESTED_JSON = "[" * 100_000 + "]" * 100_000
 
@@ -646,7 +652,8 @@ DAMAGED_PACKS: list[tuple[str, Any, bytes]] = [
     ("wrong shape", PACK_META, _npy(np.zeros((510, 256), np.float32))),
     ("integers", PACK_META, _npy(np.zeros((510, 1, 256), np.int32))),
     ("pickled objects", PACK_META, _npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)),
-    ("header claims a huge shape", PACK_META, GOOD_PACK[:128].replace(b"(510, 1, 256)", b"(510, 1, 9**9)")),
+    ("header claims a huge shape", PACK_META, _npy_header((510, 1, 10**12)) + GOOD_PACK[128:]),
+    ("header not a literal", PACK_META, GOOD_PACK.replace(b"(510, 1, 256)", b"(510, 1, 2**8)")),
 ]
 
 
