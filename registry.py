@@ -61,6 +61,7 @@ _MAX_CLIP_SECONDS = 24 * 3600.0
 _MAX_SAMPLE_RATE = 1_000_000
 _DURATION_SLACK_S = 0.05
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NO_STAMP = (-1, -1)  # meta.json vanished while it was read: read the folder again next time
 
 
 def compute_voice_id(
@@ -260,7 +261,7 @@ class VoiceRegistry:
             try:
                 replaced = self._install(voice_id, files, meta, replace=reg.replace)
             except _IdTaken:
-                theirs = self._racing_winner(voice_id)
+                theirs = self._loadable(voice_id)
                 if theirs is not None and theirs.ref_text.strip() == ref_text:
                     return theirs, False
                 raise Conflict(
@@ -291,18 +292,17 @@ class VoiceRegistry:
         buffer = io.BytesIO()
         np.save(buffer, pack, allow_pickle=False)
         with self._lock:
-            try:
-                existing = self._current(voice_id)
-                if existing is not None and existing.pack_path is not None:
-                    read_stored_pack(existing.pack_path, voice_id)
-                    return existing, False
-            except ServiceError:  # damaged: the upload holds exactly what the folder should, so it is rewritten
-                log.warning("rewriting the damaged voice pack %s from a new upload of it", voice_id)
+            # A damaged folder under this id is rewritten: the upload holds exactly what it should hold.
+            existing = self._loadable(voice_id)
+            if existing is not None and existing.pack_path is None:
+                raise Conflict(f"voice {voice_id} is registered, and is not a pack", code="voice_exists")
+            if existing is not None and existing.pack_path is not None and _intact_pack(existing.pack_path, voice_id):
+                return existing, False
             meta = {"voice_id": voice_id, "engine": reg.engine, "kind": "pack", "created_at": time.time()}
             try:
                 self._install(voice_id, {PACK_FILE: buffer.getvalue()}, meta, replace=(self.root / voice_id).exists())
             except _IdTaken:
-                theirs = self._racing_winner(voice_id)
+                theirs = self._loadable(voice_id)
                 if theirs is None:
                     raise Conflict(
                         f"voice pack {voice_id} was written at the same moment by another registration that could "
@@ -349,16 +349,16 @@ class VoiceRegistry:
         except _Unusable as exc:
             self._forget(voice_id)
             self._report(folder, exc)
-            raise ServiceError(
-                f"voice {voice_id} is stored on this node but cannot be loaded ({exc}); register it again "
+            raise ServiceError(  # why goes to the log only: it names this node's paths
+                f"voice {voice_id} is stored on this node but cannot be loaded; register it again "
                 "(with replace=true for a clip) to overwrite it",
                 code="voice_damaged",
             ) from None
         self._keep(entry, stamp)
         return entry
 
-    def _racing_winner(self, voice_id: str) -> VoiceEntry | None:
-        """The voice another registration installed while ours was being written, if it loads."""
+    def _loadable(self, voice_id: str) -> VoiceEntry | None:
+        """The voice under this id if it loads (one another registration installed while ours was written, say)."""
         try:
             return self._current(voice_id)
         except ServiceError:
@@ -372,9 +372,7 @@ class VoiceRegistry:
         return entry
 
     def _keep(self, entry: VoiceEntry, stamp: tuple[int, int] | None) -> None:
-        if stamp is None:  # read without a meta.json stamp (it vanished meanwhile): read it again next time
-            stamp = (-1, -1)
-        self._index = {**self._index, entry.voice_id: _Indexed(entry, stamp)}
+        self._index = {**self._index, entry.voice_id: _Indexed(entry, stamp or _NO_STAMP)}
         self._reported.discard(entry.voice_id)
 
     def _forget(self, voice_id: str) -> None:
@@ -505,21 +503,33 @@ class VoiceRegistry:
                     _remove_quietly(path)
 
     def _load_all(self) -> None:
+        index: dict[str, _Indexed] = {}
         for name in sorted(os.listdir(self.root)):
             if not is_voice_id(name):
                 if not name.startswith("."):
                     log.info("ignoring %s in %s: not a voice id", excerpt(name), self.root)
                 continue
+            folder = self.root / name
+            stamp = _meta_stamp(folder)
             try:
-                self._current(name)
-            except ServiceError:
-                pass  # logged once by _current; the folder is left for the operator
+                index[name] = _Indexed(_read_entry(folder), stamp or _NO_STAMP)
+            except _Unusable as exc:
+                self._report(folder, exc)  # the folder is left for the operator
+        self._index = index
 
 
 def _unknown_engine(engine: str, families: Mapping[str, EngineFamily]) -> InvalidInput:
     return InvalidInput(
         f"unknown engine {excerpt(engine)!r}; known engines: {', '.join(sorted(families))}", code="unknown_engine"
     )
+
+
+def _intact_pack(path: Path, voice_id: str) -> bool:
+    try:
+        read_stored_pack(path, voice_id)
+    except ServiceError:  # logged once by read_stored_pack
+        return False
+    return True
 
 
 def _meta_stamp(folder: Path) -> tuple[int, int] | None:
@@ -567,7 +577,9 @@ def _read_entry(folder: Path) -> VoiceEntry:
         raise _Unusable(f"{META_FILE} has an unknown kind {_shown(kind)}")
     ref_text = _text(meta, "ref_text" if "ref_text" in meta else "text")
     seed_text = _text(meta, "seed_text")
-    x_vector_only_mode = meta.get("x_vector_only_mode") or False
+    x_vector_only_mode = meta.get("x_vector_only_mode", False)
+    if x_vector_only_mode is None:
+        x_vector_only_mode = False
     if not isinstance(x_vector_only_mode, bool):
         raise _Unusable(f"{META_FILE} field 'x_vector_only_mode' is {_shown(x_vector_only_mode)}, not true or false")
     frames, rate = _clip_info(folder / AUDIO_FILE)

@@ -50,8 +50,8 @@ def damaged(path: Path, why: object) -> ServiceError:
     if (str(path), version) not in _reported:
         _reported.add((str(path), version))
         log.warning("voice %s: stored %s is damaged (%s); the voice answers voice_damaged", voice_id, path.name, why)
-    return ServiceError(
-        f"voice {voice_id} is damaged on this node (its {path.name}: {why}); delete it and register it again",
+    return ServiceError(  # why goes to the log only: it may name this node's paths
+        f"voice {voice_id} is damaged on this node (its {path.name} fails its check); delete it and register it again",
         code="voice_damaged",
     )
 

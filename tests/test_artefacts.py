@@ -13,7 +13,12 @@ import soundfile as sf
 
 from conftest import wav_clip
 from engines.artefacts import load_array, read_clip, read_npy, save_array, usable_clip
+from engines.base import EngineCaps
+from engines.mlx_qwen import MlxQwenEngine
+from engines.voxcpm import VoxCPMEngine
 from errors import ServiceError
+from registry import Registration, VoiceRegistry
+from voice_entry import VoiceEntry
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -113,3 +118,41 @@ def test_a_damaged_registered_clip_is_the_voices_own_error(
             assert "0123456789abcdef" in caught.value.message
     assert len(caplog.records) == 1
     assert path.read_bytes() == data  # left for the operator
+
+
+# --- the engines that read these files back --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> VoiceEntry:
+    registry = VoiceRegistry(tmp_path / "voices")
+    return registry.register(Registration(audio=wav_clip(3.0), engine="voxcpm", ref_text="hello"))[0]
+
+
+def test_voxcpm_makes_a_damaged_trimmed_clip_again(tmp_path: Path, clone: VoiceEntry) -> None:
+    engine = VoxCPMEngine(
+        model=str(tmp_path / "weights"), runtime="cpu", denoiser=None, max_ref_seconds=2.0, max_len=16,
+        caps=EngineCaps(0, 80, 3, interleavable=False),
+    )  # fmt: skip
+    prompt = engine.prepare_voice(clone)  # no model needed: the clips are cut before the model sees them
+    prompt.reference.write_bytes(b"RIFF\x00\x00")
+    again = engine.prepare_voice(clone)
+    assert sf.info(str(again.reference)).frames == 32_000
+    clone.audio_path.write_bytes(b"damaged")
+    again.reference.unlink()
+    with pytest.raises(ServiceError) as caught:
+        engine.prepare_voice(clone)
+    assert caught.value.code == "voice_damaged"
+
+
+def test_mlx_engines_make_a_damaged_resampled_clip_again(tmp_path: Path, clone: VoiceEntry) -> None:
+    engine = MlxQwenEngine(
+        model=str(tmp_path / "weights"), cache_mb=64, max_voices=2, max_ref_seconds=2.0, max_tokens=8,
+        stream_interval=0.32, caps=EngineCaps(0, 300, 0, interleavable=False),
+    )  # fmt: skip
+    cached = tmp_path / "reference.npy"
+    first = engine.resampled_clip(clone.audio_path, cached)
+    assert first.shape == (2 * engine.sample_rate,)
+    cached.write_bytes(cached.read_bytes()[:-100])
+    np.testing.assert_array_equal(engine.resampled_clip(clone.audio_path, cached), first)
+    np.testing.assert_array_equal(load_array(cached), first)
