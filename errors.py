@@ -41,6 +41,13 @@ class ServiceError(Exception):
         return body
 
 
+class BadRequest(ServiceError):
+    """The request itself is malformed (not one field of it): a multipart body that does not parse, for example."""
+
+    status = 400
+    code = "bad_request"
+
+
 class InvalidInput(ServiceError):
     status = 422
     code = "invalid_input"
@@ -88,6 +95,13 @@ class Unavailable(ServiceError):
 
     status = 503
     code = "unavailable"
+
+
+class InsufficientStorage(ServiceError):
+    """The disk is full (or over quota): nothing was stored, and retrying later may succeed."""
+
+    status = 507
+    code = "insufficient_storage"
 
 
 class ClientDisconnected(ServiceError):

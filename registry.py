@@ -4,14 +4,20 @@ One folder per voice, `<root>/<voice_id>/{voice.wav, meta.json, seed.wav?}`, the
 copied voices folder loads as is. The id is a hash of what was registered, so the same registration gives the same id
 on every node. Every write goes to a temporary folder that is renamed into place: a crash or a failed write leaves no
 half voice, and a replace never loses the voice it replaces.
+
+Several nodes may share one voices folder (a network file system): the final rename is the only step that decides
+which registration of an id wins, so two racing ones end with one intact voice, and an id another node registered is
+found on disk (`lookup`). Everything read back is checked first; a damaged folder is skipped with one warning.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -29,9 +35,9 @@ import soundfile as sf
 
 from engines import FAMILIES
 from engines.base import EngineSpec
-from engines.voicepacks import pack_id, read_pack
-from errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
-from voice_entry import AUDIO_FILE, META_FILE, PACK_FILE, SEED_FILE, VoiceEntry
+from engines.voicepacks import pack_id, read_pack, read_stored_pack, stored_pack_problem
+from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
+from voice_entry import AUDIO_FILE, META_FILE, PACK_FILE, SEED_FILE, VoiceEntry, excerpt
 
 log = logging.getLogger("polytts.registry")
 
@@ -45,6 +51,17 @@ _TRASH_PREFIX = ".trash-"
 _DELETED_TRASH_PREFIX = ".trash-deleted-"
 # Uploads libsndfile reads as a WAV file are kept byte for byte; anything else is re-encoded.
 _WAV_FORMATS = frozenset({"WAV", "WAVEX"})
+# Another node may be writing its own `.tmp-` folder in a shared voices folder: only older ones are litter.
+_LEFTOVER_AGE_S = 3600.0
+# Bounds on what a stored meta.json may say; anything outside is a damaged file, not a voice.
+_MAX_META_BYTES = 1024 * 1024
+_ENGINE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_LATEST_CREATED_AT = 2.0**33  # the year 2242
+_MAX_CLIP_SECONDS = 24 * 3600.0
+_MAX_SAMPLE_RATE = 1_000_000
+_DURATION_SLACK_S = 0.05
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NO_STAMP = (-1, -1)  # meta.json vanished while it was read: read the folder again next time
 
 
 def compute_voice_id(
@@ -76,7 +93,7 @@ def check_voice_id(voice_id: str) -> str:
     """Refuse anything but a 16-digit lowercase hex id, so an id can never name a path outside the registry."""
     if not is_voice_id(voice_id):
         raise InvalidInput(
-            f"voice_id must be 16 lowercase hex digits, got {voice_id[:40]!r}", code="invalid_voice_id"
+            f"voice_id must be 16 lowercase hex digits, got {excerpt(voice_id, 40)!r}", code="invalid_voice_id"
         )
     return voice_id
 
@@ -105,6 +122,21 @@ class _Clip:
     sample_rate: int
 
 
+class _Unusable(Exception):
+    """Why a stored voice folder cannot be served."""
+
+
+class _IdTaken(Exception):
+    """Another registration (maybe another node's) renamed its folder into place first."""
+
+
+@dataclass(frozen=True)
+class _Indexed:
+    entry: VoiceEntry
+    stamp: tuple[int, int]
+    """(inode, mtime) of the folder's meta.json when it was read: a change means another node rewrote the voice."""
+
+
 class VoiceRegistry:
     def __init__(
         self,
@@ -122,27 +154,44 @@ class VoiceRegistry:
         self.max_seconds = max_seconds
         # Serialises writers; readers take the current index without it because writers swap in a new dict.
         self._lock = threading.Lock()
+        self._index: dict[str, _Indexed] = {}
+        self._reported: set[str] = set()  # damaged folders already logged, so each is logged once
         self.root.mkdir(parents=True, exist_ok=True)
         self._clean_leftovers()
-        self._index: dict[str, VoiceEntry] = self._load_all()
+        self._load_all()
         log.info("loaded %d voice(s) from %s", len(self._index), self.root)
 
     # -- reading -------------------------------------------------------------------------------------------------
 
     def get(self, voice_id: str) -> VoiceEntry:
-        entry = self._index.get(check_voice_id(voice_id))
+        """A voice this node has indexed; no disk access (see `lookup`)."""
+        indexed = self._index.get(check_voice_id(voice_id))
+        if indexed is None:
+            raise NotFound(f"no voice {voice_id} is registered on this node", code="voice_not_found")
+        return indexed.entry
+
+    def lookup(self, voice_id: str) -> VoiceEntry:
+        """A voice as its folder on disk has it now: indexed voices cost one stat, and a voice that another node
+        sharing the voices folder registered, replaced or deleted is read (or forgotten) here. It touches the disk:
+        call it off the event loop. A folder that is there but damaged is the voice's `voice_damaged` error."""
+        check_voice_id(voice_id)
+        indexed = self._index.get(voice_id)
+        if indexed is not None and indexed.stamp == _meta_stamp(self.root / voice_id):
+            return indexed.entry
+        with self._lock:
+            entry = self._current(voice_id)
         if entry is None:
             raise NotFound(f"no voice {voice_id} is registered on this node", code="voice_not_found")
         return entry
 
     def list(self) -> list[VoiceEntry]:
-        return sorted(self._index.values(), key=lambda e: (e.created_at, e.voice_id))
+        return sorted((i.entry for i in self._index.values()), key=lambda e: (e.created_at, e.voice_id))
 
     def __len__(self) -> int:
         return len(self._index)
 
     def engines_in_use(self) -> dict[str, int]:
-        return dict(Counter(e.engine for e in self._index.values()))
+        return dict(Counter(i.entry.engine for i in self._index.values()))
 
     # -- writing -------------------------------------------------------------------------------------------------
 
@@ -179,22 +228,25 @@ class VoiceRegistry:
         voice_id = compute_voice_id(reg.audio, reg.engine, reg.x_vector_only_mode, reg.seed_audio, seed_text)
 
         with self._lock:
-            dest = self.root / voice_id
-            existing = self._index.get(voice_id)
+            try:
+                existing, damage = self._current(voice_id), None
+            except ServiceError as exc:  # a damaged folder: replace=true overwrites it
+                existing, damage = None, exc
             if existing is not None and existing.ref_text.strip() == ref_text:
                 return existing, False
-            if dest.exists() and not reg.replace:
-                if existing is None:
+            if not reg.replace:
+                if existing is None and damage is not None:
                     raise Conflict(
                         f"a folder for voice {voice_id} exists but could not be loaded; "
                         "pass replace=true to overwrite it",
                         code="voice_exists",
                     )
-                raise Conflict(
-                    f"voice {voice_id} is already registered with a different ref_text; "
-                    "pass replace=true to replace it",
-                    code="voice_exists",
-                )
+                if existing is not None:
+                    raise Conflict(
+                        f"voice {voice_id} is already registered with a different ref_text; "
+                        "pass replace=true to replace it",
+                        code="voice_exists",
+                    )
             meta = {
                 "voice_id": voice_id,
                 "engine": reg.engine,
@@ -206,20 +258,18 @@ class VoiceRegistry:
                 "sample_rate": clip.sample_rate,
             }
             files = {AUDIO_FILE: clip.wav, **({SEED_FILE: seed.wav} if seed is not None else {})}
-            replaced = self._install(voice_id, files, meta)
-            entry = VoiceEntry(
-                voice_id=voice_id,
-                engine=reg.engine,
-                ref_text=ref_text,
-                x_vector_only_mode=reg.x_vector_only_mode,
-                seed_text=seed_text,
-                has_seed_audio=seed is not None,
-                created_at=meta["created_at"],
-                duration_s=clip.duration_s,
-                sample_rate=clip.sample_rate,
-                folder=dest,
-            )
-            self._index = {**self._index, voice_id: entry}
+            try:
+                replaced = self._install(voice_id, files, meta, replace=reg.replace)
+            except _IdTaken:
+                theirs = self._loadable(voice_id)
+                if theirs is not None and theirs.ref_text.strip() == ref_text:
+                    return theirs, False
+                raise Conflict(
+                    f"voice {voice_id} was registered at the same moment by another registration with a different "
+                    "ref_text; pass replace=true to replace it",
+                    code="voice_exists",
+                ) from None
+            entry = self._installed(voice_id)
         log.info("%s voice %s (engine %s)", "replaced" if replaced else "registered", voice_id, reg.engine)
         return entry, True
 
@@ -227,11 +277,12 @@ class VoiceRegistry:
         """A Kokoro style pack: validated without running any pickle, stored as a plain .npy, id from its values."""
         assert reg.voice_pack is not None
         family = self.families.get(reg.engine)
-        if family is None or not family.accepts_packs:
+        if family is None:
+            raise _unknown_engine(reg.engine, self.families)
+        if not family.accepts_packs:
             raise InvalidInput(
-                f"engine {reg.engine!r} takes no voice_pack; "
-                + ("it clones from an 'audio' clip" if family else f"known engines: {', '.join(sorted(self.families))}"),
-                code="engine_takes_no_pack" if family else "unknown_engine",
+                f"engine {reg.engine!r} takes no voice_pack; it clones from an 'audio' clip",
+                code="engine_takes_no_pack",
             )
         if reg.audio:
             raise InvalidInput("give either an 'audio' clip or a 'voice_pack', not both", code="audio_and_pack")
@@ -241,39 +292,104 @@ class VoiceRegistry:
         buffer = io.BytesIO()
         np.save(buffer, pack, allow_pickle=False)
         with self._lock:
-            existing = self._index.get(voice_id)
-            if existing is not None:
+            # A damaged folder under this id is rewritten: the upload holds exactly what it should hold.
+            existing = self._loadable(voice_id)
+            if existing is not None and existing.pack_path is None:
+                raise Conflict(f"voice {voice_id} is registered, and is not a pack", code="voice_exists")
+            if existing is not None and existing.pack_path is not None and _intact_pack(existing.pack_path, voice_id):
                 return existing, False
-            if (self.root / voice_id).exists():
-                raise Conflict(
-                    f"a folder for voice {voice_id} exists but could not be loaded; remove it by hand",
-                    code="voice_exists",
-                )
             meta = {"voice_id": voice_id, "engine": reg.engine, "kind": "pack", "created_at": time.time()}
-            self._install(voice_id, {PACK_FILE: buffer.getvalue()}, meta)
-            entry = _pack_entry(self.root / voice_id, meta)
-            self._index = {**self._index, voice_id: entry}
+            try:
+                self._install(voice_id, {PACK_FILE: buffer.getvalue()}, meta, replace=(self.root / voice_id).exists())
+            except _IdTaken:
+                theirs = self._loadable(voice_id)
+                if theirs is None:
+                    raise Conflict(
+                        f"voice pack {voice_id} was written at the same moment by another registration that could "
+                        "not be loaded; retry",
+                        code="voice_exists",
+                    ) from None
+                return theirs, False
+            entry = self._installed(voice_id)
         log.info("registered voice pack %s (engine %s)", voice_id, reg.engine)
         return entry, True
 
     def delete(self, voice_id: str) -> VoiceEntry:
         with self._lock:
-            entry = self.get(voice_id)  # checks the id's form before it can name a path
+            entry = self._current(check_voice_id(voice_id))  # checks the id's form before it can name a path
+            if entry is None:
+                raise NotFound(f"no voice {voice_id} is registered on this node", code="voice_not_found")
             trash = self.root / f"{_DELETED_TRASH_PREFIX}{voice_id}-{uuid.uuid4().hex}"
-            os.rename(entry.folder, trash)
-            self._index = {k: v for k, v in self._index.items() if k != voice_id}
+            try:
+                os.rename(entry.folder, trash)
+            except FileNotFoundError:  # another node deleted it just now
+                self._forget(voice_id)
+                raise NotFound(f"no voice {voice_id} is registered on this node", code="voice_not_found") from None
+            self._forget(voice_id)
             _fsync_dir(self.root)
             _remove_quietly(trash)
         log.info("deleted voice %s", voice_id)
         return entry
+
+    # -- the index against the disk (callers hold the lock) --------------------------------------------------------
+
+    def _current(self, voice_id: str) -> VoiceEntry | None:
+        """The voice as its folder has it now (None when there is none), reading the folder again only when its
+        meta.json changed since it was indexed. A damaged folder is forgotten and raises `voice_damaged`."""
+        folder = self.root / voice_id
+        stamp = _meta_stamp(folder)
+        indexed = self._index.get(voice_id)
+        if indexed is not None and stamp is not None and indexed.stamp == stamp:
+            return indexed.entry
+        if stamp is None and not os.path.lexists(folder):
+            self._forget(voice_id)
+            return None
+        try:
+            entry = _read_entry(folder)
+        except _Unusable as exc:
+            self._forget(voice_id)
+            self._report(folder, exc)
+            raise ServiceError(  # why goes to the log only: it names this node's paths
+                f"voice {voice_id} is stored on this node but cannot be loaded; register it again "
+                "(with replace=true for a clip) to overwrite it",
+                code="voice_damaged",
+            ) from None
+        self._keep(entry, stamp)
+        return entry
+
+    def _loadable(self, voice_id: str) -> VoiceEntry | None:
+        """The voice under this id if it loads (one another registration installed while ours was written, say)."""
+        try:
+            return self._current(voice_id)
+        except ServiceError:
+            return None
+
+    def _installed(self, voice_id: str) -> VoiceEntry:
+        """The voice just written, read back as any other node would read it."""
+        entry = self._current(voice_id)
+        if entry is None:
+            raise RuntimeError(f"voice {voice_id} vanished right after it was written")
+        return entry
+
+    def _keep(self, entry: VoiceEntry, stamp: tuple[int, int] | None) -> None:
+        self._index = {**self._index, entry.voice_id: _Indexed(entry, stamp or _NO_STAMP)}
+        self._reported.discard(entry.voice_id)
+
+    def _forget(self, voice_id: str) -> None:
+        if voice_id in self._index:
+            self._index = {k: v for k, v in self._index.items() if k != voice_id}
+
+    def _report(self, folder: Path, why: object) -> None:
+        if folder.name not in self._reported:
+            self._reported.add(folder.name)
+            log.warning("skipping voice folder %s: %s", folder, why)
 
     # -- validation ----------------------------------------------------------------------------------------------
 
     def _check_engine(self, engine: str) -> None:
         family = self.families.get(engine)
         if family is None:
-            known = ", ".join(sorted(self.families))
-            raise InvalidInput(f"unknown engine {engine!r}; known engines: {known}", code="unknown_engine")
+            raise _unknown_engine(engine, self.families)
         if not family.clones_from_clip:
             raise InvalidInput(
                 f"engine {engine!r} cannot clone a voice from a clip; it takes {family.accepts_instead}",
@@ -315,8 +431,12 @@ class VoiceRegistry:
 
     # -- atomic writes -------------------------------------------------------------------------------------------
 
-    def _install(self, voice_id: str, files: Mapping[str, bytes], meta: dict[str, Any]) -> bool:
-        """Write a complete folder beside the registry, then rename it in. Returns whether a voice was replaced."""
+    def _install(self, voice_id: str, files: Mapping[str, bytes], meta: dict[str, Any], *, replace: bool) -> bool:
+        """Write a complete folder beside the registry, then rename it in. Returns whether a voice was replaced.
+
+        Without `replace`, the rename onto a folder that another registration put there first fails (a folder is
+        never renamed onto a non-empty one), which raises `_IdTaken`. A full disk is a 507 with nothing left behind.
+        """
         dest = self.root / voice_id
         tmp = self.root / f"{_TMP_PREFIX}{voice_id}-{uuid.uuid4().hex}"
         trash: Path | None = None
@@ -326,15 +446,29 @@ class VoiceRegistry:
                 _write_bytes(tmp / name, data)
             _write_json(tmp / META_FILE, meta)  # last: a folder with meta.json is a finished one
             _fsync_dir(tmp)
-            if dest.exists():
+            if replace and dest.exists():
                 trash = self.root / f"{_TRASH_PREFIX}{voice_id}-{uuid.uuid4().hex}"
                 os.rename(dest, trash)
-            os.rename(tmp, dest)
+            try:
+                os.rename(tmp, dest)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise _IdTaken(voice_id) from exc
+                raise
             _fsync_dir(self.root)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            if trash is not None and trash.exists() and not dest.exists():
-                os.rename(trash, dest)
+            if trash is not None and trash.exists():
+                if dest.exists():  # another registration's voice took the place: ours is not coming back
+                    _remove_quietly(trash)
+                else:
+                    os.rename(trash, dest)
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+                log.warning("voice %s not stored: %s", voice_id, exc.strerror)
+                raise InsufficientStorage(
+                    f"no space left on the voices volume to store voice {voice_id}; nothing was stored",
+                    code="insufficient_storage",
+                ) from None
             raise
         if trash is not None:
             _remove_quietly(trash)
@@ -347,6 +481,8 @@ class VoiceRegistry:
         for name in sorted(os.listdir(self.root)):
             path = self.root / name
             if name.startswith(_TMP_PREFIX):
+                if _age(path) < _LEFTOVER_AGE_S:
+                    continue  # perhaps another node's registration under way
                 log.info("removing unfinished registration %s", name)
                 _remove_quietly(path)
             elif name.startswith(_TRASH_PREFIX):
@@ -366,80 +502,163 @@ class VoiceRegistry:
                     log.info("removing leftover %s", name)
                     _remove_quietly(path)
 
-    def _load_all(self) -> dict[str, VoiceEntry]:
-        index: dict[str, VoiceEntry] = {}
+    def _load_all(self) -> None:
+        index: dict[str, _Indexed] = {}
         for name in sorted(os.listdir(self.root)):
             if not is_voice_id(name):
                 if not name.startswith("."):
-                    log.info("ignoring %s in %s: not a voice id", name, self.root)
+                    log.info("ignoring %s in %s: not a voice id", excerpt(name), self.root)
                 continue
-            entry = _load_entry(self.root / name)
-            if entry is not None:
-                index[name] = entry
-        return index
+            folder = self.root / name
+            stamp = _meta_stamp(folder)
+            try:
+                index[name] = _Indexed(_read_entry(folder), stamp or _NO_STAMP)
+            except _Unusable as exc:
+                self._report(folder, exc)  # the folder is left for the operator
+        self._index = index
 
 
-def _load_entry(folder: Path) -> VoiceEntry | None:
-    """Read one voice folder tolerantly; None (with a warning, leaving the folder alone) when it is unusable."""
+def _unknown_engine(engine: str, families: Mapping[str, EngineSpec]) -> InvalidInput:
+    return InvalidInput(
+        f"unknown engine {excerpt(engine)!r}; known engines: {', '.join(sorted(families))}", code="unknown_engine"
+    )
+
+
+def _intact_pack(path: Path, voice_id: str) -> bool:
+    try:
+        read_stored_pack(path, voice_id)
+    except ServiceError:  # logged once by read_stored_pack
+        return False
+    return True
+
+
+def _meta_stamp(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(folder / META_FILE)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return math.inf
+
+
+# -- reading a stored voice: every field and file checked, `_Unusable` says why not -----------------------------------
+
+
+def _read_entry(folder: Path) -> VoiceEntry:
     if not folder.is_dir():
-        log.warning("skipping %s: not a folder", folder)
-        return None
-    try:
-        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        log.warning("skipping voice folder %s: unreadable %s (%s)", folder, META_FILE, exc)
-        return None
-    if not isinstance(meta, dict) or not isinstance(meta.get("engine"), str) or not meta["engine"]:
-        log.warning("skipping voice folder %s: %s names no engine", folder, META_FILE)
-        return None
-    if meta.get("kind") == "pack":
+        raise _Unusable("not a folder")
+    meta = _read_meta(folder / META_FILE)
+    engine = meta.get("engine")
+    if not isinstance(engine, str) or not _ENGINE_NAME.fullmatch(engine):
+        raise _Unusable(f"{META_FILE} names no engine (engine is {_shown(engine)})")
+    if meta.get("voice_id", folder.name) != folder.name:
+        raise _Unusable(f"{META_FILE} belongs to voice {_shown(meta['voice_id'])}")
+    created_at = _number(meta, "created_at", 0.0, _LATEST_CREATED_AT)
+    if created_at is None:
+        created_at = folder.stat().st_mtime
+    kind = meta.get("kind", "clip")
+    if kind == "pack":
         if not (folder / PACK_FILE).is_file():
-            log.warning("skipping voice folder %s: no %s", folder, PACK_FILE)
-            return None
-        return _pack_entry(folder, meta)
-    audio_path = folder / AUDIO_FILE
-    if not audio_path.is_file():
-        log.warning("skipping voice folder %s: no %s", folder, AUDIO_FILE)
-        return None
-    try:
-        if "duration_s" in meta and "sample_rate" in meta:
-            duration_s, sample_rate = float(meta["duration_s"]), int(meta["sample_rate"])
-        else:
-            info = sf.info(str(audio_path))
-            duration_s, sample_rate = info.frames / info.samplerate, info.samplerate
-        ref_text = meta.get("ref_text", meta.get("text"))
-        seed_text = meta.get("seed_text")
+            raise _Unusable(f"no {PACK_FILE}")
+        problem = stored_pack_problem(folder / PACK_FILE)
+        if problem is not None:
+            raise _Unusable(f"{PACK_FILE}: {problem}")
         return VoiceEntry(
-            voice_id=folder.name,
-            engine=meta["engine"],
-            ref_text="" if ref_text is None else str(ref_text),
-            x_vector_only_mode=bool(meta.get("x_vector_only_mode", False)),
-            seed_text=None if seed_text is None else str(seed_text),
-            has_seed_audio=(folder / SEED_FILE).is_file(),
-            created_at=float(meta["created_at"]) if "created_at" in meta else folder.stat().st_mtime,
-            duration_s=duration_s,
-            sample_rate=sample_rate,
-            folder=folder,
-        )
-    except (OSError, RuntimeError, TypeError, ValueError) as exc:
-        log.warning("skipping voice folder %s: %s", folder, exc)
-        return None
-
-
-def _pack_entry(folder: Path, meta: Mapping[str, Any]) -> VoiceEntry:
+            voice_id=folder.name, engine=engine, ref_text="", x_vector_only_mode=False, seed_text=None,
+            has_seed_audio=False, created_at=created_at, duration_s=0.0, sample_rate=0, folder=folder, kind="pack",
+        )  # fmt: skip
+    if kind != "clip":
+        raise _Unusable(f"{META_FILE} has an unknown kind {_shown(kind)}")
+    ref_text = _text(meta, "ref_text" if "ref_text" in meta else "text")
+    seed_text = _text(meta, "seed_text")
+    x_vector_only_mode = meta.get("x_vector_only_mode", False)
+    if x_vector_only_mode is None:
+        x_vector_only_mode = False
+    if not isinstance(x_vector_only_mode, bool):
+        raise _Unusable(f"{META_FILE} field 'x_vector_only_mode' is {_shown(x_vector_only_mode)}, not true or false")
+    frames, rate = _clip_info(folder / AUDIO_FILE)
+    duration_s = _number(meta, "duration_s", 0.0, _MAX_CLIP_SECONDS)
+    sample_rate = _number(meta, "sample_rate", 1.0, _MAX_SAMPLE_RATE)
+    if duration_s is not None and sample_rate is not None:
+        if int(sample_rate) != rate or abs(frames / rate - duration_s) > _DURATION_SLACK_S:
+            raise _Unusable(
+                f"{AUDIO_FILE} holds {frames / rate:.3f} s at {rate} Hz where {META_FILE} says "
+                f"{duration_s:.3f} s at {sample_rate:g} Hz (cut short or replaced)"
+            )
+    has_seed_audio = os.path.lexists(folder / SEED_FILE)
+    if has_seed_audio:
+        _clip_info(folder / SEED_FILE)
     return VoiceEntry(
         voice_id=folder.name,
-        engine=str(meta["engine"]),
-        ref_text="",
-        x_vector_only_mode=False,
-        seed_text=None,
-        has_seed_audio=False,
-        created_at=float(meta.get("created_at", folder.stat().st_mtime)),
-        duration_s=0.0,
-        sample_rate=0,
+        engine=engine,
+        ref_text=ref_text or "",
+        x_vector_only_mode=x_vector_only_mode,
+        seed_text=seed_text,
+        has_seed_audio=has_seed_audio,
+        created_at=created_at,
+        duration_s=frames / rate,
+        sample_rate=rate,
         folder=folder,
-        kind="pack",
     )
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_META_BYTES + 1)
+    except FileNotFoundError:
+        raise _Unusable(f"no {META_FILE}") from None
+    except OSError as exc:
+        raise _Unusable(f"unreadable {META_FILE} ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_META_BYTES:
+        raise _Unusable(f"{META_FILE} is larger than {_MAX_META_BYTES} bytes")
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _Unusable(f"unreadable {META_FILE} ({excerpt(str(exc), 120)})") from None
+    if not isinstance(meta, dict):
+        raise _Unusable(f"{META_FILE} is not a JSON object")
+    return meta
+
+
+def _number(meta: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+    """A number field within [low, high] (NaN and infinities are outside); None when absent or null."""
+    value = meta.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise _Unusable(f"{META_FILE} field {name!r} is {_shown(value)}, not a number from {low:g} to {high:g}")
+    return float(value)
+
+
+def _text(meta: Mapping[str, Any], name: str) -> str | None:
+    value = meta.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _Unusable(f"{META_FILE} field {name!r} is {_shown(value)}, not a string")
+    return value
+
+
+def _clip_info(path: Path) -> tuple[int, int]:
+    """(frames, sample rate) of a stored clip, from its header; a regular file only (a FIFO would block)."""
+    if not path.is_file():
+        raise _Unusable(f"no {path.name}")
+    try:
+        info = sf.info(str(path))
+    except (sf.SoundFileError, RuntimeError, ValueError, OSError) as exc:
+        raise _Unusable(f"{path.name} is not readable audio ({exc})") from None
+    if info.frames <= 0 or info.samplerate <= 0:
+        raise _Unusable(f"{path.name} holds no audio")
+    return info.frames, info.samplerate
+
+
+def _shown(value: object) -> str:
+    return excerpt(repr(value), 40)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -468,11 +687,13 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _remove_quietly(path: Path) -> None:
-    """Drop a leftover; a failure only leaves litter that the next start removes."""
+    """Drop a leftover; a failure only leaves litter that the next start removes (or another node removed it)."""
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
+    except FileNotFoundError:
+        pass
     except OSError as exc:
         log.warning("could not remove %s: %s", path, exc)

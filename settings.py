@@ -155,6 +155,13 @@ class ServiceSettings(EngineSettings):
     warm_on_start: bool = True
     """Load the default engine right after binding. Off: it loads on the first request."""
 
+    # -- hostile clients (issue 17; added with the upload hardening) --------------------------------------------------
+
+    upload_budget_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    """Bytes of `POST /voices` bodies that all uploads together may hold in memory at once; an upload that would pass
+    it is refused with 503 `uploads_busy` and `Retry-After` before its body is read. One upload alone is always
+    admitted (up to its own size limit), so a budget below the largest upload only serialises them."""
+
     @model_validator(mode="after")
     def _check_relations(self) -> ServiceSettings:
         if any(not weight > 0 for weight in self.fairness_weights.values()):

@@ -66,3 +66,11 @@ class VoiceEntry:
             "duration_s": self.duration_s,
             "sample_rate": self.sample_rate,
         }
+
+
+def excerpt(name: str, limit: int = 64) -> str:
+    """A client-supplied name as a message quotes it: whole when short, else its first `limit` characters and its
+    length, so a megabyte-long id is never echoed back whole."""
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit]}… ({len(name)} characters)"

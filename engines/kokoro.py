@@ -29,7 +29,7 @@ from engines.base import (
 )
 from engines.g2p import G2P, choose_english_route
 from engines.stock_voices import StockVoices
-from engines.voicepacks import PACK_SHAPE, mix
+from engines.voicepacks import mix, read_stored_pack
 from errors import InvalidInput, NotFound
 from normalize import normalize_english
 from runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
@@ -253,10 +253,7 @@ class KokoroEngine(Engine):
             return mix([(self.prepare_voice(part), weight) for part, weight in voice.parts])
         if voice.engine != self.name or voice.pack_path is None:
             raise InvalidInput(f"voice {voice.voice_id} is a {voice.engine} voice, not a Kokoro pack", code="wrong_engine")
-        pack = np.load(voice.pack_path, allow_pickle=False)
-        if pack.shape != PACK_SHAPE:
-            raise InvalidInput(f"voice pack {voice.voice_id} on disk has shape {pack.shape}", code="pack_shape")
-        return np.ascontiguousarray(pack, dtype=np.float32)
+        return read_stored_pack(voice.pack_path, voice.voice_id)
 
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None

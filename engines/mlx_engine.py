@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from engines.artefacts import model_key, read_clip, save_array
+from engines.artefacts import load_array, model_key, read_clip, save_array
 from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
 from engines.hub import resolve_model_folder, weights_revision
 
@@ -190,8 +190,9 @@ class MlxEngine(Engine, Generic[Prepared]):
 
     def resampled_clip(self, source: Path, cached: Path) -> np.ndarray:
         """A clip as mono float32 at the model rate, trimmed to max_ref_seconds; computed once, kept on disk."""
-        if cached.is_file():
-            return np.load(cached, allow_pickle=False)
+        found = load_array(cached)
+        if found is not None:
+            return found
         from scipy.signal import resample_poly
 
         samples, rate = read_clip(source, self.max_ref_seconds)

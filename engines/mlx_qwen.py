@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.artefacts import save_array
+from engines.artefacts import load_array, save_array
 from engines.base import EngineCaps, SynthesisOptions, VoiceRef
 from engines.mlx_engine import MlxEngine, to_numpy
 from engines.voxcpm import cloned_voice
@@ -61,8 +61,9 @@ class MlxQwenEngine(MlxEngine[QwenVoice]):
             if ref_text is None:
                 return QwenVoice(reference, None, None)
             codes_file = folder / "ref_codes.npy"
-            if codes_file.is_file():
-                codes = mx.array(np.load(codes_file, allow_pickle=False))
+            stored = load_array(codes_file)
+            if stored is not None:
+                codes = mx.array(stored)
             else:
                 codes = self.model.speech_tokenizer.encode(reference[None, None, :])  # type: ignore[attr-defined]
                 save_array(codes_file, np.asarray(codes))

@@ -3,7 +3,11 @@
 A pack is one float tensor of shape (510, 1, 256); row n-1 is the style vector for an utterance of n phoneme tokens.
 Uploads are untrusted: `.pt` files are pickles, so they are only ever opened with torch's weights-only unpickler, and
 `.npy`/`.npz` are opened with `allow_pickle=False`. `.safetensors` is parsed here, without any library, so a node
-without torch still accepts it. Every refusal is a 422 `InvalidInput` with a stable `pack_*` code.
+without torch still accepts it. Zip members (`.npz`, the zip form of `.pt`) are decompressed under a byte cap on what
+actually comes out, whatever their headers claim. Every refusal is a 422 `InvalidInput` with a stable `pack_*` code.
+
+A stored pack is read back with `read_stored_pack`, which checks it against its content id: a damaged one is the
+voice's `voice_damaged` error.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import struct
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 
+from engines.artefacts import damaged, npy_layout, read_npy
 from errors import InvalidInput
+from voice_entry import excerpt
 
 log = logging.getLogger("polytts.voicepacks")
 
@@ -34,6 +41,11 @@ PACK_SUFFIXES = (".pt", ".npy", ".npz", ".safetensors")
 # The largest float64 pack plus a generous .npy header: anything inside a container that expands past this cannot be
 # a pack, so it is refused before it is read (a zip member can be a decompression bomb).
 _MAX_MEMBER_BYTES = math.prod(PACK_SHAPE) * 8 + 64 * 1024
+# A .pt archive holds the pickle, the tensor's storage and a few small records.
+_MAX_PT_ARCHIVE_BYTES = 2 * _MAX_MEMBER_BYTES
+# Methods whose reads zipfile bounds by the bytes asked for; it decompresses bzip2 and LZMA chunks without a bound.
+_ZIP_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
+_ZIP_READ = 64 * 1024
 _MAX_SAFETENSORS_HEADER = 1024 * 1024
 _PICKLE_PROTO = b"\x80"  # every pickle of protocol 2 or later starts with the PROTO opcode
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -45,6 +57,7 @@ _BLEND_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _BLEND_WEIGHTED = re.compile(r"(?P<name>[^()]*?)\s*\((?P<weight>[^()]*)\)")
 _BLEND_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _MAX_BLEND_PARTS = 8
+_MAX_QUOTED_PART = 100  # a name (64) and a weight fit
 
 
 def read_pack(data: bytes, filename: str) -> np.ndarray:
@@ -78,6 +91,33 @@ def pack_id(pack: np.ndarray) -> str:
     digest = hashlib.sha256(np.ascontiguousarray(pack, dtype="<f4").tobytes())
     digest.update(b"|kokoro-pack")
     return digest.hexdigest()[:16]
+
+
+def stored_pack_problem(path: Path) -> str | None:
+    """Why a stored pack file cannot hold a pack, judged from its size and .npy header without reading its values
+    (cheap enough for every voice at start-up); None when it looks whole."""
+    try:
+        with open(path, "rb") as f:
+            shape, dtype = npy_layout(f, _MAX_MEMBER_BYTES)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    if shape != PACK_SHAPE or not np.issubdtype(dtype, np.floating):
+        return f"it holds {dtype} values of shape {shape}, not a {PACK_SHAPE} float pack"
+    return None
+
+
+def read_stored_pack(path: Path, voice_id: str) -> np.ndarray:
+    """A registered pack read back in full and checked against its content id (its voice id): a damaged file is the
+    voice's `voice_damaged` error, logged once."""
+    try:
+        pack = _finish(read_npy(path, _MAX_MEMBER_BYTES))
+    except (OSError, ValueError) as exc:
+        raise damaged(path, exc) from None
+    except InvalidInput as exc:
+        raise damaged(path, exc.message) from None
+    if pack_id(pack) != voice_id:
+        raise damaged(path, "its values no longer match the voice id")
+    return pack
 
 
 @dataclass(frozen=True)
@@ -182,6 +222,8 @@ def _read_pt(data: bytes) -> np.ndarray:
             code="pack_format",
             detail={"accepted": [s for s in PACK_SUFFIXES if s != ".pt"]},
         ) from None
+    if data.startswith(_ZIP_MAGIC):
+        _check_pt_archive(data)
     try:
         loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -209,6 +251,21 @@ def _read_pt(data: bytes) -> np.ndarray:
     return loaded.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
 
 
+def _check_pt_archive(data: bytes) -> None:
+    """Refuse a .pt archive before torch reads it when its records could expand past any pack: torch allocates what a
+    record's header claims and inflates it, so every claim is checked here, with the compression methods."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+        raise _unreadable("the .pt file", exc) from None
+    if any(m.compress_type not in _ZIP_METHODS for m in members):
+        raise _unreadable("the .pt file", "it uses a compression method other than stored or deflated")
+    claimed = sum(m.file_size for m in members)
+    if claimed > _MAX_PT_ARCHIVE_BYTES:
+        raise _unreadable("the .pt file", f"its records expand to {claimed} bytes")
+
+
 def _pt_pickle_stream(data: bytes) -> bytes:
     """The pickle torch reads first: `<archive>/data.pkl` of the zip format, else the file itself (legacy format)."""
     if not data.startswith(_ZIP_MAGIC):
@@ -216,11 +273,25 @@ def _pt_pickle_stream(data: bytes) -> bytes:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             info = next((i for i in archive.infolist() if i.filename.endswith("data.pkl")), None)
-            if info is None or info.file_size > _MAX_MEMBER_BYTES:
-                return b""
-            return archive.read(info)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            return b"" if info is None else _read_member(archive, info)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
         return b""
+
+
+def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bytes:
+    """A zip member decompressed in small reads, refused (ValueError) as soon as more than _MAX_MEMBER_BYTES come out:
+    the cap is on the bytes produced, not on the size the header claims."""
+    if member.compress_type not in _ZIP_METHODS:
+        raise ValueError("it uses a compression method other than stored or deflated")
+    if member.file_size > _MAX_MEMBER_BYTES:
+        raise ValueError(f"it expands to {member.file_size} bytes")
+    out = bytearray()
+    with archive.open(member) as stream:
+        while chunk := stream.read(_ZIP_READ):
+            out += chunk
+            if len(out) > _MAX_MEMBER_BYTES:
+                raise ValueError(f"it expands to more than {_MAX_MEMBER_BYTES} bytes")
+    return bytes(out)
 
 
 def _is_wellformed_pickle(stream: bytes) -> bool:
@@ -264,18 +335,18 @@ def _read_npz(data: bytes) -> np.ndarray:
         if data.startswith(_PICKLE_PROTO):
             raise _unsafe("the .npz file")
         raise _unreadable("the .npz file", "not a zip archive")
+    what = "the .npz file"
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = [i for i in archive.infolist() if not i.is_dir()]
             if len(members) != 1:
                 raise _contents("the .npz file", f"found {len(members)} arrays")
             (member,) = members
-            if member.file_size > _MAX_MEMBER_BYTES:
-                raise _unreadable(f"the .npz member {member.filename!r}", f"it expands to {member.file_size} bytes")
-            payload = archive.read(member)
+            what = f"the .npz member {excerpt(member.filename)!r}"
+            payload = _read_member(archive, member)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        raise _unreadable("the .npz file", exc) from None
-    return _read_npy(payload, f"the .npz member {member.filename!r}")
+        raise _unreadable(what, exc) from None
+    return _read_npy(payload, what)
 
 
 def _read_safetensors(data: bytes) -> np.ndarray:
@@ -376,8 +447,12 @@ def _parse_blend_part(text: str, index: int) -> BlendPart:
 
 
 def _blend_error(part: str, index: int, why: str) -> NoReturn:
+    # Numbered from 0, as `detail.index` is; a long part is quoted by its start only.
+    shown = excerpt(part, _MAX_QUOTED_PART)
     raise InvalidInput(
-        f"invalid blend part {index + 1} '{part}': {why}", code="invalid_blend", detail={"part": part, "index": index}
+        f"invalid blend part at index {index} '{shown}': {why}",
+        code="invalid_blend",
+        detail={"part": shown, "index": index},
     )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import soundfile as sf
 from pydantic import Field
 
-from engines.artefacts import model_key, read_clip, write_atomically
+from engines.artefacts import model_key, read_clip, usable_clip, write_atomically
 from engines.base import (
     BuiltinVoice,
     Engine,
@@ -225,7 +225,7 @@ class VoxCPMEngine(Engine):
 
     def _trimmed(self, source: Path, target: Path) -> Path:
         """`source` as mono, cut to max_ref_seconds, written the first time it is needed."""
-        if not target.is_file():
+        if not usable_clip(target):
             samples, rate = read_clip(source, self.max_ref_seconds)
             write_atomically(target, lambda tmp: sf.write(tmp, samples, rate, format="WAV", subtype="FLOAT"))
         return target
@@ -250,7 +250,7 @@ class VoxCPMEngine(Engine):
 
     def _denoised(self, clip: Path) -> Path:
         target = clip.with_name(clip.stem + ".denoised.wav")
-        if not target.is_file():
+        if not usable_clip(target):
             denoiser = self._voxcpm.denoiser  # type: ignore[attr-defined]
             write_atomically(target, lambda tmp: denoiser.enhance(str(clip), output_path=tmp))
         return target

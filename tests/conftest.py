@@ -172,3 +172,17 @@ def server(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> I
 def client(server: ServerProcess) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (needs the right to mount, which root in a container may lack)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
+import multiprocessing
 import os
 import shutil
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +20,9 @@ import pytest
 import soundfile as sf
 
 import registry
-from errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, ServiceError
+from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
 from registry import Registration, VoiceRegistry, check_voice_id, compute_voice_id
+from voice_entry import VoiceEntry
 
 SR = 16_000
 
@@ -423,13 +428,23 @@ def test_leftovers_are_cleaned_and_an_interrupted_replace_is_restored(root: Path
     orphan.rename(root / ".trash-5555555555555555-x")
     stale = root / ".trash-4444444444444444-y"  # the replace finished: its id folder exists
     shutil.copytree(kept, stale)
-    _voice_folder(root, "6666666666666666", {"engine": "voxcpm"}).rename(root / ".tmp-6666666666666666-z")
+    unfinished = root / ".tmp-6666666666666666-z"
+    _voice_folder(root, "6666666666666666", {"engine": "voxcpm"}).rename(unfinished)
+    an_hour_ago = time.time() - 3601
+    os.utime(unfinished, (an_hour_ago, an_hour_ago))
     _voice_folder(root, "7777777777777777", {"engine": "voxcpm"}).rename(root / ".trash-deleted-7777777777777777-w")
 
     reg = VoiceRegistry(root)
     assert sorted(os.listdir(root)) == ["4444444444444444", "5555555555555555"]
     assert reg.get("5555555555555555").ref_text == "orphan"
     assert reg.get("4444444444444444").ref_text == "kept"
+
+
+def test_a_fresh_unfinished_registration_is_left_to_the_node_writing_it(root: Path) -> None:
+    """In a voices folder shared by several nodes, a young `.tmp-` folder may be another node's write under way."""
+    _voice_folder(root, "6666666666666666", {"engine": "voxcpm"}).rename(root / ".tmp-6666666666666666-z")
+    assert len(VoiceRegistry(root)) == 0
+    assert os.listdir(root) == [".tmp-6666666666666666-z"]
 
 
 def test_delete_is_not_undone_by_a_restart(reg: VoiceRegistry, root: Path) -> None:
@@ -497,3 +512,333 @@ def test_a_seed_clip_needs_its_text(reg: VoiceRegistry, root: Path) -> None:
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hi", seed_audio=make_audio(1.0, tweak=5)))
     assert err.value.code == "seed_text_required"
     assert os.listdir(root) == []
+
+
+def test_an_unknown_engine_with_a_pack_is_called_unknown(reg: VoiceRegistry) -> None:
+    with pytest.raises(InvalidInput) as err:
+        reg.register(Registration(audio=b"", engine="nope", voice_pack=b"x", voice_pack_filename="v.npy"))
+    assert err.value.message.startswith("unknown engine 'nope'") and "kokoro" in err.value.message
+
+
+@pytest.mark.parametrize("bad", ["0123456789abcdef\n", "0123456789abcdef\r\n", "\n0123456789abcdef"])
+def test_an_id_with_a_newline_is_not_an_id(reg: VoiceRegistry, bad: str) -> None:
+    assert not registry.is_voice_id(bad)
+    for call in (check_voice_id, reg.get, reg.lookup, reg.delete):
+        with pytest.raises(InvalidInput) as exc:
+            call(bad)
+        assert exc.value.code == "invalid_voice_id"
+
+
+def test_a_huge_id_is_quoted_by_its_start_only() -> None:
+    with pytest.raises(InvalidInput) as exc:
+        check_voice_id("x" * 1_000_000)
+    assert len(exc.value.message) < 200 and "1000000 characters" in exc.value.message
+
+
+# -- damaged folders: each is skipped with one warning, left alone, and never stops the registry ---------------------
+
+GOOD_CLIP_META = {"engine": "voxcpm", "ref_text": "fine", "duration_s": 1.5, "sample_rate": 24_000}
+
+
+def _write_pack_folder(root: Path, voice_id: str, meta: Any, pack_file: bytes) -> Path:
+    folder = root / voice_id
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(meta if isinstance(meta, str) else json.dumps(meta), encoding="utf-8")
+    (folder / "voice_pack.npy").write_bytes(pack_file)
+    return folder
+
+
+def _npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=allow_pickle)
+    return out.getvalue()
+
+
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return out.getvalue()
+
+
+GOOD_PACK = _npy(np.zeros((510, 1, 256), np.float32))
+NESTED_JSON = "[" * 100_000 + "]" * 100_000
+
+DAMAGED_CLIP_META: list[tuple[str, Any]] = [
+    ("created_at not a number", {**GOOD_CLIP_META, "created_at": "yesterday"}),
+    ("created_at infinite", '{"engine": "voxcpm", "ref_text": "x", "created_at": 1e999}'),
+    ("created_at NaN", '{"engine": "voxcpm", "ref_text": "x", "created_at": NaN}'),
+    ("created_at huge", {**GOOD_CLIP_META, "created_at": 1e300}),
+    ("created_at huge int", {**GOOD_CLIP_META, "created_at": 10**400}),
+    ("created_at negative", {**GOOD_CLIP_META, "created_at": -5}),
+    ("created_at a bool", {**GOOD_CLIP_META, "created_at": True}),
+    ("duration_s a string", {**GOOD_CLIP_META, "duration_s": "1.5"}),
+    ("sample_rate a list", {**GOOD_CLIP_META, "sample_rate": [24_000]}),
+    ("x_vector_only_mode a string", {**GOOD_CLIP_META, "x_vector_only_mode": "yes"}),
+    ("ref_text a list", {**GOOD_CLIP_META, "ref_text": ["a"]}),
+    ("seed_text a number", {**GOOD_CLIP_META, "seed_text": 5}),
+    ("engine a number", {**GOOD_CLIP_META, "engine": 5}),
+    ("engine a path", {**GOOD_CLIP_META, "engine": "../x"}),
+    ("engine huge", {**GOOD_CLIP_META, "engine": "e" * 100_000}),
+    ("unknown kind", {**GOOD_CLIP_META, "kind": "hologram"}),
+    ("another voice's meta", {**GOOD_CLIP_META, "voice_id": "ffffffffffffffff"}),
+    ("meta too large", {**GOOD_CLIP_META, "ref_text": "x" * (2 * 1024 * 1024)}),
+    ("deeply nested", NESTED_JSON),
+    ("not UTF-8", "\udcff"),
+    ("duration disagrees with the clip", {**GOOD_CLIP_META, "duration_s": 3.0}),
+    ("rate disagrees with the clip", {**GOOD_CLIP_META, "sample_rate": 16_000}),
+]
+
+
+def _clip_folder(root: Path, meta: Any) -> Path:
+    folder = root / "2222222222222222"
+    folder.mkdir(parents=True)
+    (folder / "voice.wav").write_bytes(make_audio(1.5, sr=24_000))
+    raw = meta.encode("utf-8", "surrogateescape") if isinstance(meta, str) else json.dumps(meta).encode()
+    (folder / "meta.json").write_bytes(raw)
+    return folder
+
+
+def _assert_skipped_once(root: Path, caplog: pytest.LogCaptureFixture, broken: str) -> VoiceRegistry:
+    good = _voice_folder(root, "1111111111111111", GOOD_CLIP_META)
+    before = snapshot(root)
+    with caplog.at_level(logging.WARNING, logger="polytts.registry"):
+        reg = VoiceRegistry(root)
+        with pytest.raises(ServiceError) as exc:  # asked for again: the same answer, not a second warning
+            reg.lookup(broken)
+    assert exc.value.code == "voice_damaged" and exc.value.status == 500
+    assert [e.voice_id for e in reg.list()] == [good.name]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and broken in warnings[0].getMessage(), [r.getMessage() for r in warnings]
+    assert all(r.exc_info is None for r in caplog.records)
+    assert snapshot(root) == before
+    return reg
+
+
+@pytest.mark.parametrize("meta", [c[1] for c in DAMAGED_CLIP_META], ids=[c[0] for c in DAMAGED_CLIP_META])
+def test_a_damaged_meta_json_skips_that_voice_only(root: Path, caplog: pytest.LogCaptureFixture, meta: Any) -> None:
+    _clip_folder(root, meta)
+    _assert_skipped_once(root, caplog, "2222222222222222")
+
+
+DAMAGED_FILES: list[tuple[str, Any]] = [
+    ("voice.wav random bytes", lambda f: (f / "voice.wav").write_bytes(os.urandom(4000))),
+    ("voice.wav emptied", lambda f: (f / "voice.wav").write_bytes(b"")),
+    ("voice.wav cut short", lambda f: (f / "voice.wav").write_bytes((f / "voice.wav").read_bytes()[:30_000])),
+    ("voice.wav only a header", lambda f: (f / "voice.wav").write_bytes((f / "voice.wav").read_bytes()[:44])),
+    ("voice.wav a folder", lambda f: ((f / "voice.wav").unlink(), (f / "voice.wav").mkdir())),
+    ("voice.wav a FIFO", lambda f: ((f / "voice.wav").unlink(), os.mkfifo(f / "voice.wav"))),
+    ("seed.wav garbage", lambda f: (f / "seed.wav").write_bytes(b"RIFF....WAVEfmt ")),
+    ("meta.json a folder", lambda f: ((f / "meta.json").unlink(), (f / "meta.json").mkdir())),
+]
+
+
+@pytest.mark.parametrize("damage", [c[1] for c in DAMAGED_FILES], ids=[c[0] for c in DAMAGED_FILES])
+def test_a_damaged_clip_skips_that_voice_only(root: Path, caplog: pytest.LogCaptureFixture, damage: Any) -> None:
+    damage(_clip_folder(root, GOOD_CLIP_META))
+    _assert_skipped_once(root, caplog, "2222222222222222")
+
+
+PACK_META = {"engine": "kokoro", "kind": "pack", "created_at": 1.0}
+DAMAGED_PACKS: list[tuple[str, Any, bytes]] = [
+    ("created_at not a number", {**PACK_META, "created_at": "yesterday"}, GOOD_PACK),
+    ("created_at huge", {**PACK_META, "created_at": 1e300}, GOOD_PACK),
+    ("no engine", {"kind": "pack"}, GOOD_PACK),
+    ("random bytes", PACK_META, os.urandom(1000)),
+    ("emptied", PACK_META, b""),
+    ("cut short", PACK_META, GOOD_PACK[:-100]),
+    ("longer than its header says", PACK_META, GOOD_PACK + b"\0" * 64),
+    ("wrong shape", PACK_META, _npy(np.zeros((510, 256), np.float32))),
+    ("integers", PACK_META, _npy(np.zeros((510, 1, 256), np.int32))),
+    ("pickled objects", PACK_META, _npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)),
+    ("header claims a huge shape", PACK_META, _npy_header((510, 1, 10**12)) + GOOD_PACK[128:]),
+    ("header not a literal", PACK_META, GOOD_PACK.replace(b"(510, 1, 256)", b"(510, 1, 2**8)")),
+]
+
+
+@pytest.mark.parametrize(
+    ("meta", "pack_file"), [c[1:] for c in DAMAGED_PACKS], ids=[c[0] for c in DAMAGED_PACKS]
+)
+def test_a_damaged_pack_skips_that_voice_only(
+    root: Path, caplog: pytest.LogCaptureFixture, meta: Any, pack_file: bytes
+) -> None:
+    _write_pack_folder(root, "2222222222222222", meta, pack_file)
+    _assert_skipped_once(root, caplog, "2222222222222222")
+
+
+def test_a_damaged_clip_folder_is_overwritten_by_replace(root: Path) -> None:
+    audio = make_audio()
+    voice_id = compute_voice_id(audio, "voxcpm")
+    folder = _voice_folder(root, voice_id, {"engine": "voxcpm", "created_at": "yesterday"})
+    reg = VoiceRegistry(root)
+    with pytest.raises(Conflict) as exc:
+        reg.register(Registration(audio=audio, engine="voxcpm", ref_text="hello"))
+    assert "could not be loaded" in exc.value.message
+    entry, created = reg.register(Registration(audio=audio, engine="voxcpm", ref_text="hello", replace=True))
+    assert created and entry.folder == folder and reg.lookup(voice_id).ref_text == "hello"
+
+
+def test_registering_a_damaged_pack_again_rewrites_it(reg: VoiceRegistry, root: Path) -> None:
+    pack = np.random.default_rng(3).standard_normal((510, 1, 256)).astype(np.float32)
+    upload = Registration(audio=b"", engine="kokoro", voice_pack=_npy(pack), voice_pack_filename="v.npy")
+    entry, _ = reg.register(upload)
+    assert entry.pack_path is not None
+    entry.pack_path.write_bytes(GOOD_PACK)  # whole and well-formed, but no longer this voice's values
+    again, created = reg.register(upload)
+    assert created and np.array_equal(np.load(again.pack_path), pack)
+    # A folder skipped at start-up is rewritten the same way.
+    entry.pack_path.write_bytes(b"junk")
+    fresh = VoiceRegistry(root)
+    assert len(fresh) == 0
+    assert fresh.register(upload)[1] and len(fresh) == 1
+
+
+# -- a full disk -----------------------------------------------------------------------------------------------------
+
+
+def test_no_space_left_is_a_507_and_leaves_nothing(
+    reg: VoiceRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = registry._write_bytes
+
+    def write(path: Path, data: bytes) -> None:
+        real_write(path, data[: len(data) // 2])  # half written, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(registry, "_write_bytes", write)
+    with pytest.raises(InsufficientStorage) as exc:
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    assert exc.value.status == 507 and exc.value.code == "insufficient_storage"
+    assert "no space left" in exc.value.message and "nothing was stored" in exc.value.message
+    assert os.listdir(root) == [] and len(reg) == 0
+    monkeypatch.undo()
+    old, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    monkeypatch.setattr(registry, "_write_bytes", write)
+    before = snapshot(root)
+    with pytest.raises(InsufficientStorage):  # a replace that runs out of space keeps the old voice
+        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="other", replace=True))
+    assert snapshot(root) == before and reg.lookup(old.voice_id).ref_text == "hello"
+
+
+def test_a_really_full_disk_is_a_507_and_leaves_nothing(small_disk: Path) -> None:
+    reg = VoiceRegistry(small_disk / "voices", max_upload_bytes=4 * 1024 * 1024, max_seconds=120)
+    with pytest.raises(InsufficientStorage):
+        reg.register(Registration(audio=make_audio(70.0), engine="voxcpm", ref_text="too big for the disk"))
+    assert os.listdir(small_disk / "voices") == []
+    entry, created = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="fits"))
+    assert created and os.listdir(small_disk / "voices") == [entry.voice_id]
+
+
+# -- several nodes on one voices folder ------------------------------------------------------------------------------
+
+
+def test_lookup_finds_replaces_and_forgets_what_another_node_did(root: Path) -> None:
+    here, there = VoiceRegistry(root), VoiceRegistry(root)
+    entry, _ = there.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    with pytest.raises(NotFound):
+        here.get(entry.voice_id)  # the index alone does not know it
+    assert here.lookup(entry.voice_id) == entry
+    assert here.get(entry.voice_id) == entry  # now indexed
+    there.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True))
+    assert here.lookup(entry.voice_id).ref_text == "goodbye"
+    there.delete(entry.voice_id)
+    with pytest.raises(NotFound) as exc:
+        here.lookup(entry.voice_id)
+    assert exc.value.code == "voice_not_found" and len(here) == 0
+    with pytest.raises(NotFound):
+        here.lookup("0123456789abcdef")
+
+
+def test_lookup_of_a_folder_damaged_after_start(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reg = VoiceRegistry(root)
+    entry, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    (entry.folder / "meta.json").write_text('{"engine": "voxcpm", "created_at": "soon"}')
+    with caplog.at_level(logging.WARNING, logger="polytts.registry"):
+        for _ in range(3):
+            with pytest.raises(ServiceError) as exc:
+                reg.lookup(entry.voice_id)
+            assert exc.value.code == "voice_damaged"
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+    assert len(reg) == 0
+
+
+def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntry | None, bool | ServiceError]]:
+    """Each registration through its own registry on `root`, all held at a barrier once their folder is written,
+    so every one of them reaches the final rename together: the worst interleaving two nodes can produce."""
+    registries = [VoiceRegistry(root) for _ in registrations]
+    barrier = threading.Barrier(len(registrations), timeout=30)
+    real_fsync_dir = registry._fsync_dir
+
+    def fsync_dir(path: Path) -> None:
+        real_fsync_dir(path)
+        if path.name.startswith(".tmp-"):
+            barrier.wait()
+
+    results: list[tuple[VoiceEntry | None, bool | ServiceError]] = [(None, False)] * len(registrations)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = registries[i].register(registrations[i])
+        except ServiceError as exc:
+            results[i] = (None, exc)
+
+    original = registry._fsync_dir
+    registry._fsync_dir = fsync_dir
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(registrations))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        registry._fsync_dir = original
+    return results
+
+
+def test_racing_identical_registrations_end_with_one_voice(root: Path) -> None:
+    registration = Registration(audio=make_audio(), engine="voxcpm", ref_text="hello")
+    results = _race(root, [registration, registration, registration])
+    assert sorted(created for _, created in results) == [False, False, True]
+    assert len({entry.voice_id for entry, _ in results if entry is not None}) == 1
+    assert os.listdir(root) == [results[0][0].voice_id]
+    assert VoiceRegistry(root).list()[0].ref_text == "hello"
+
+
+def test_racing_registrations_with_different_transcripts(root: Path) -> None:
+    audio = make_audio()
+    results = _race(
+        root,
+        [Registration(audio=audio, engine="voxcpm", ref_text="one"), Registration(audio=audio, engine="voxcpm", ref_text="two")],
+    )
+    created = [r for r in results if r[1] is True]
+    refused = [r[1] for r in results if isinstance(r[1], ServiceError)]
+    assert len(created) == 1 and len(refused) == 1 and refused[0].code == "voice_exists"
+    assert os.listdir(root) == [created[0][0].voice_id]
+    assert VoiceRegistry(root).list()[0].ref_text == created[0][0].ref_text
+
+
+def test_racing_pack_registrations_end_with_one_pack(root: Path) -> None:
+    pack = np.random.default_rng(4).standard_normal((510, 1, 256)).astype(np.float32)
+    upload = Registration(audio=b"", engine="kokoro", voice_pack=_npy(pack), voice_pack_filename="v.npy")
+    results = _race(root, [upload, upload])
+    assert sorted(created for _, created in results) == [False, True]
+    (name,) = os.listdir(root)
+    assert np.array_equal(np.load(root / name / "voice_pack.npy"), pack)
+
+
+def _register_in_a_process(root: str, start: Any, ref_text: str) -> tuple[str, bool]:
+    reg = VoiceRegistry(Path(root))
+    start.wait()
+    entry, created = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text=ref_text))
+    return entry.voice_id, created
+
+
+def test_processes_registering_one_voice_at_once(root: Path) -> None:
+    """Real processes, as nodes sharing a voices folder are: however they interleave, one voice, created once."""
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with context.Manager() as manager, context.Pool(4) as pool:
+        start = manager.Barrier(4)
+        results = pool.starmap(_register_in_a_process, [(str(root), start, "hello")] * 4)
+    assert sorted(created for _, created in results) == [False, False, False, True]
+    assert len({voice_id for voice_id, _ in results}) == 1
+    assert os.listdir(root) == [results[0][0]]
+    assert VoiceRegistry(root).lookup(results[0][0]).ref_text == "hello"

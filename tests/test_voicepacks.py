@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import math
 import pathlib
 import pickle
 import struct
+import tracemalloc
+import zipfile
 from collections.abc import Callable
 
 import numpy as np
@@ -17,6 +20,7 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
+from engines import voicepacks
 from engines.voicepacks import (
     PACK_SHAPE,
     BlendPart,
@@ -26,8 +30,10 @@ from engines.voicepacks import (
     pack_id,
     parse_blend,
     read_pack,
+    read_stored_pack,
+    stored_pack_problem,
 )
-from errors import InvalidInput
+from errors import InvalidInput, ServiceError
 
 
 def random_pack(seed: int = 0) -> np.ndarray:
@@ -335,3 +341,128 @@ def test_canonical_blend() -> None:
     assert canonical_blend(parse_blend(" af_bella (4) + af_sky (2) ")) == "af_bella(0.6667)+af_sky(0.3333)"
     assert canonical_blend([BlendPart("b", 3), BlendPart("a", 1)]) == "b(0.7500)+a(0.2500)"
     assert canonical_blend(parse_blend("a(7)")) == "a(1.0000)"
+
+
+# --- archives: the cap is on the bytes decompressed, not on what a header claims ------------------------------------
+
+BOMB_BYTES = 64 * 1024 * 1024
+
+
+def zip_bomb(member: str, claimed: int | None, *, prefix: bytes = b"", method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """A zip whose one member inflates to BOMB_BYTES (written in pieces, so building it costs no such memory), with
+    its size fields rewritten to `claimed` when given, as a hostile client would."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=method) as archive, archive.open(member, "w") as stream:
+        stream.write(prefix)
+        piece = b"\0" * (1 << 20)
+        for _ in range(BOMB_BYTES // len(piece)):
+            stream.write(piece)
+    data = bytearray(out.getvalue())
+    if claimed is not None:
+        local = data.index(b"PK\x03\x04")
+        central = data.index(b"PK\x01\x02")
+        struct.pack_into("<I", data, local + 22, claimed)
+        struct.pack_into("<I", data, central + 24, claimed)
+    return bytes(data)
+
+
+def peak_bytes(call: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        call()
+    except InvalidInput:
+        pass
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("claimed", [None, 1000, math.prod(PACK_SHAPE) * 4 + 128])
+def test_an_npz_bomb_is_refused_without_inflating_it(claimed: int | None) -> None:
+    bomb = zip_bomb("voice.npy", claimed, prefix=as_npy(random_pack())[:128])
+    assert refused(bomb, "v.npz").code == "pack_unreadable"
+    assert peak_bytes(lambda: read_pack(bomb, "v.npz")) < 20 * 1024 * 1024
+
+
+def test_archive_members_compressed_other_than_by_deflate_are_refused() -> None:
+    for method in (zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", compression=method) as archive:
+            archive.writestr("voice.npy", as_npy(random_pack()))
+        assert refused(buffer.getvalue(), "v.npz").code == "pack_unreadable"
+        assert "compression method" in refused(buffer.getvalue(), "v.npz").message
+
+
+@pytest.mark.parametrize("claimed", [None, 1000])
+def test_a_pt_bomb_is_refused_without_inflating_it(claimed: int | None) -> None:
+    bomb = zip_bomb("archive/data.pkl", claimed, prefix=pickle.dumps({}))
+    assert refused(bomb, "v.pt").code == "pack_unreadable"
+    assert peak_bytes(lambda: read_pack(bomb, "v.pt")) < 20 * 1024 * 1024
+    # The pickle torch refused is read back (to tell refused code from garbage) under the same cap.
+    assert peak_bytes(lambda: voicepacks._pt_pickle_stream(bomb)) < 20 * 1024 * 1024
+    assert voicepacks._pt_pickle_stream(bomb) == b""
+
+
+def test_a_pt_archive_stored_with_deflate_still_loads() -> None:
+    pack = random_pack()
+    plain = zipfile.ZipFile(io.BytesIO(as_pt(torch.from_numpy(pack))))
+    deflated = io.BytesIO()
+    with zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for info in plain.infolist():
+            archive.writestr(info.filename, plain.read(info))
+    np.testing.assert_array_equal(read_pack(deflated.getvalue(), "v.pt"), pack)
+
+
+def test_blend_messages_number_parts_as_detail_index_does() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_blend("a+b c")
+    assert caught.value.detail["index"] == 1 and "part at index 1 'b c'" in caught.value.message
+
+
+def test_a_huge_blend_part_is_quoted_by_its_start_only() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_blend("a+" + "n" * 1_000_000)
+    assert len(caught.value.message) < 400 and "1000000 characters" in caught.value.message
+    assert len(caught.value.detail["part"]) < 200
+
+
+# --- stored packs --------------------------------------------------------------------------------------------------
+
+
+def stored(tmp_path: pathlib.Path, data: bytes) -> pathlib.Path:
+    folder = tmp_path / "0123456789abcdef"
+    folder.mkdir(exist_ok=True)
+    (folder / "voice_pack.npy").write_bytes(data)
+    return folder / "voice_pack.npy"
+
+
+def test_a_stored_pack_reads_back_checked_against_its_id(tmp_path: pathlib.Path) -> None:
+    pack = random_pack(5)
+    path = stored(tmp_path, as_npy(pack))
+    assert stored_pack_problem(path) is None
+    np.testing.assert_array_equal(read_stored_pack(path, pack_id(pack)), pack)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        as_npy(random_pack(6)),  # whole, but another pack's values
+        as_npy(random_pack(5))[:-4],
+        b"",
+        b"\x93NUMPY garbage",
+        as_npy(np.full(PACK_SHAPE, np.nan, np.float32)),
+    ],
+    ids=["other values", "cut short", "empty", "bad header", "NaN"],
+)
+def test_a_damaged_stored_pack_is_the_voices_own_error(
+    tmp_path: pathlib.Path, data: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = stored(tmp_path, data)
+    with caplog.at_level(logging.WARNING, logger="polytts.artefacts"):
+        for _ in range(3):
+            with pytest.raises(ServiceError) as caught:
+                read_stored_pack(path, pack_id(random_pack(5)))
+            assert caught.value.status == 500 and caught.value.code == "voice_damaged"
+            assert "0123456789abcdef" in caught.value.message
+    assert len(caplog.records) == 1  # logged once, however often it is asked for
