@@ -6,33 +6,43 @@ part, and a name that may belong to an engine still loading a 503.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import bundles
 from engine_pool import EnginePool
 from engines import FAMILIES
 from engines.base import BlendVoice, BuiltinVoice, VoiceRef
 from engines.voicepacks import canonical_blend, is_blend, parse_blend
 from errors import InvalidInput, NotFound, ServiceError, Unavailable
+from peers import Peers
 from registry import VoiceRegistry, is_voice_id
-from voice_entry import VoiceEntry
+from voice_entry import VoiceEntry, excerpt
 
-_QUOTED_NAME_CHARS = 40  # a hostile name is quoted in errors only this far
+
+
+def _no_voice(name: str) -> NotFound:
+    return NotFound(f"no voice {excerpt(name)!r}: not a registered voice id nor a built-in voice", code="voice_not_found")
 
 
 class VoiceCatalog:
-    def __init__(self, registry: VoiceRegistry, pool: EnginePool, default_voice: str) -> None:
+    def __init__(self, registry: VoiceRegistry, pool: EnginePool, default_voice: str, peers: Peers,
+                 max_upload_bytes: int) -> None:  # fmt: skip
         self.registry = registry
         self.pool = pool
         self.default_voice = default_voice
+        self.peers = peers
+        self.max_upload_bytes = max_upload_bytes
 
     def builtins(self) -> dict[str, BuiltinVoice]:
         return {v.name: v for engine in self.pool.engines.values() for v in engine.builtin_voices()}
 
-    def resolve(self, name: str | None) -> VoiceRef:
-        """The voice a request names (the default when it names none)."""
+    async def resolve(self, name: str | None) -> VoiceRef:
+        """The voice a request names (the default when it names none). A registered id is looked up on disk (off
+        the event loop) when this node has not indexed it: another node sharing the voices folder may have."""
         name = name or self.default_voice
         if is_blend(name):
-            return self.resolve_blend(name)
+            return await self.resolve_blend(name)
         builtin = self.builtins().get(name)
         if builtin is not None:
             return builtin
@@ -41,13 +51,26 @@ class VoiceCatalog:
                 # An engine that is loading or failed cannot list its packs yet: the name may be one of them.
                 if not self.pool.engines[engine_name].builtin_voices():
                     self.pool.engine_for(engine_name)
-            raise NotFound(
-                f"no voice {name[:_QUOTED_NAME_CHARS]!r}: not a registered voice id nor a built-in voice",
-                code="voice_not_found",
-            )
-        return self.registry.get(name)
+            raise _no_voice(name)
+        try:
+            return await asyncio.to_thread(self.registry.lookup, name)
+        except NotFound:
+            if not self.peers:
+                raise
+        return await self._from_peers(name)
 
-    def resolve_blend(self, formula: str) -> BlendVoice:
+    async def _from_peers(self, voice_id: str) -> VoiceEntry:
+        """A voice another node has: its bundle, verified by its id as it is registered here, then served."""
+        bundle = await self.peers.bundle(voice_id)
+        if bundle is None:
+            raise NotFound(f"no voice {voice_id} here nor on any peer", code="voice_not_found")
+        registration = bundles.registration(bundle, self.max_upload_bytes)
+        if registration.expected_id != voice_id:
+            raise NotFound(f"a peer answered voice {voice_id} with another voice's bundle", code="voice_not_found")
+        entry, _ = await asyncio.to_thread(self.registry.register, registration)
+        return entry
+
+    async def resolve_blend(self, formula: str) -> BlendVoice:
         """Resolve every part of `a(2)+b(1)` to a pack voice of one engine; a bad part is a 422 that names it."""
         parts = parse_blend(formula)
         voices: list[BuiltinVoice | VoiceEntry] = []
@@ -55,7 +78,7 @@ class VoiceCatalog:
             where = {"part": part.name, "index": index}
             label = f"blend part {index + 1} ({part.name!r})"
             try:
-                voice = self.resolve(part.name)
+                voice = await self.resolve(part.name)
             except Unavailable:  # the engine is loading or failed: not the formula's fault
                 raise
             except ServiceError as exc:
@@ -84,13 +107,14 @@ class VoiceCatalog:
         return voice.language
 
     def get(self, name: str) -> BuiltinVoice | VoiceEntry:
-        """One voice by built-in name or registered id, for `GET /voices/{name}`: 404 when it is neither."""
+        """One voice by built-in name or registered id, for `GET /voices/{name}` (it touches the disk: call it off
+        the event loop); 404 when it is neither."""
         builtin = self.builtins().get(name)
         if builtin is not None:
             return builtin
         if not is_voice_id(name):
-            raise NotFound(f"no voice {name[:_QUOTED_NAME_CHARS]!r}: not a registered voice id nor a built-in voice", code="voice_not_found")
-        return self.registry.get(name)
+            raise _no_voice(name)
+        return self.registry.lookup(name)
 
     def view(self, voice: BuiltinVoice | VoiceEntry) -> dict[str, Any]:
         """What `GET /voices` shows of a voice, with whether this node can serve it."""

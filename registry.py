@@ -37,13 +37,23 @@ from engines import FAMILIES
 from engines.base import EngineSpec
 from engines.voicepacks import pack_id, read_pack, read_stored_pack, stored_pack_problem
 from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
-from voice_entry import AUDIO_FILE, META_FILE, PACK_FILE, SEED_FILE, VoiceEntry, excerpt
+from voice_entry import (
+    AUDIO_FILE,
+    META_FILE,
+    ORIGINAL_AUDIO_FILE,
+    ORIGINAL_SEED_FILE,
+    PACK_FILE,
+    SEED_FILE,
+    VoiceEntry,
+    excerpt,
+)
 
 log = logging.getLogger("polytts.registry")
 
 VOICE_ID_RE = re.compile(r"[0-9a-f]{16}")
 
 MAX_REF_TEXT_CHARS = 2000
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(-[a-z]{2,4})?")
 
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
@@ -111,6 +121,10 @@ class Registration:
     replace: bool = False
     voice_pack: bytes | None = field(default=None, repr=False)
     voice_pack_filename: str = ""
+    language: str | None = None
+    """The language the voice speaks (a canonical code): a request that names none follows it."""
+    expected_id: str | None = None
+    """The id the registration must come out as (an imported bundle's): anything else is refused, nothing written."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,8 @@ class _Clip:
     wav: bytes = field(repr=False)
     duration_s: float
     sample_rate: int
+    reencoded: bool
+    """The upload was not a WAV file: `wav` is a re-encoding, and the id hashes the upload's own bytes."""
 
 
 class _Unusable(Exception):
@@ -225,7 +241,7 @@ class VoiceRegistry:
                 code="ref_text_too_long",
             )
         seed_text = reg.seed_text or None
-        voice_id = compute_voice_id(reg.audio, reg.engine, reg.x_vector_only_mode, reg.seed_audio, seed_text)
+        voice_id = _expected(reg, compute_voice_id(reg.audio, reg.engine, reg.x_vector_only_mode, reg.seed_audio, seed_text))
 
         with self._lock:
             try:
@@ -256,8 +272,15 @@ class VoiceRegistry:
                 "created_at": time.time(),
                 "duration_s": clip.duration_s,
                 "sample_rate": clip.sample_rate,
+                **({"language": reg.language} if reg.language else {}),
             }
             files = {AUDIO_FILE: clip.wav, **({SEED_FILE: seed.wav} if seed is not None else {})}
+            # The id hashes the bytes as uploaded: keep them where the stored WAV had to be re-encoded, so a
+            # bundle of this voice can prove its id on another node.
+            if clip.reencoded:
+                files[ORIGINAL_AUDIO_FILE] = reg.audio
+            if seed is not None and seed.reencoded and reg.seed_audio is not None:
+                files[ORIGINAL_SEED_FILE] = reg.seed_audio
             try:
                 replaced = self._install(voice_id, files, meta, replace=reg.replace)
             except _IdTaken:
@@ -288,7 +311,7 @@ class VoiceRegistry:
             raise InvalidInput("give either an 'audio' clip or a 'voice_pack', not both", code="audio_and_pack")
         self._check_size("voice_pack", reg.voice_pack)
         pack = read_pack(reg.voice_pack, reg.voice_pack_filename)
-        voice_id = pack_id(pack)
+        voice_id = _expected(reg, pack_id(pack))
         buffer = io.BytesIO()
         np.save(buffer, pack, allow_pickle=False)
         with self._lock:
@@ -298,7 +321,8 @@ class VoiceRegistry:
                 raise Conflict(f"voice {voice_id} is registered, and is not a pack", code="voice_exists")
             if existing is not None and existing.pack_path is not None and _intact_pack(existing.pack_path, voice_id):
                 return existing, False
-            meta = {"voice_id": voice_id, "engine": reg.engine, "kind": "pack", "created_at": time.time()}
+            meta = {"voice_id": voice_id, "engine": reg.engine, "kind": "pack", "created_at": time.time(),
+                    **({"language": reg.language} if reg.language else {})}  # fmt: skip
             try:
                 self._install(voice_id, {PACK_FILE: buffer.getvalue()}, meta, replace=(self.root / voice_id).exists())
             except _IdTaken:
@@ -422,12 +446,10 @@ class VoiceRegistry:
                 code="audio_duration",
             )
         if fmt in _WAV_FORMATS:
-            wav = data
-        else:
-            out = io.BytesIO()
-            sf.write(out, samples, sample_rate, format="WAV", subtype="PCM_16")
-            wav = out.getvalue()
-        return _Clip(wav=wav, duration_s=duration, sample_rate=sample_rate)
+            return _Clip(wav=data, duration_s=duration, sample_rate=sample_rate, reencoded=False)
+        out = io.BytesIO()
+        sf.write(out, samples, sample_rate, format="WAV", subtype="PCM_16")
+        return _Clip(wav=out.getvalue(), duration_s=duration, sample_rate=sample_rate, reencoded=True)
 
     # -- atomic writes -------------------------------------------------------------------------------------------
 
@@ -572,6 +594,7 @@ def _read_entry(folder: Path) -> VoiceEntry:
         return VoiceEntry(
             voice_id=folder.name, engine=engine, ref_text="", x_vector_only_mode=False, seed_text=None,
             has_seed_audio=False, created_at=created_at, duration_s=0.0, sample_rate=0, folder=folder, kind="pack",
+            language=_language(meta),
         )  # fmt: skip
     if kind != "clip":
         raise _Unusable(f"{META_FILE} has an unknown kind {_shown(kind)}")
@@ -605,7 +628,26 @@ def _read_entry(folder: Path) -> VoiceEntry:
         duration_s=frames / rate,
         sample_rate=rate,
         folder=folder,
+        language=_language(meta),
     )
+
+
+def _language(meta: Mapping[str, Any]) -> str | None:
+    language = _text(meta, "language")
+    if language is not None and not _LANGUAGE_CODE.fullmatch(language):
+        raise _Unusable(f"{META_FILE} field 'language' is {_shown(language)}, not a language code")
+    return language
+
+
+def _expected(reg: Registration, voice_id: str) -> str:
+    """The id a registration comes out as, checked against the one it claims (a bundle's) before anything is written."""
+    if reg.expected_id is not None and reg.expected_id != voice_id:
+        raise InvalidInput(
+            f"the bundle claims voice {excerpt(reg.expected_id)} but its content is voice {voice_id}: "
+            "tampered or damaged, refused",
+            code="bundle_id_mismatch",
+        )
+    return voice_id
 
 
 def _read_meta(path: Path) -> dict[str, Any]:

@@ -16,11 +16,13 @@ from engines import ENGINE_SPECS, FAMILIES
 from metrics import Metrics
 from openai_protocol import voice_table
 from pcm_cache import PcmCache
+from peers import Peers
 from registry import VoiceRegistry
 from runtime import process_memory, uses_mlx
 from scheduler import GpuThread, Scheduler
 from settings import Settings
 from synthesis import SynthesisService
+from uploads import UploadBudget
 
 
 @dataclass
@@ -36,6 +38,8 @@ class Service:
     started_at: float
     openai_voices: dict[str, str]
     """OpenAI voice names and the voices they speak with (defaults, then POLYTTS_OPENAI_VOICES)."""
+    uploads: UploadBudget
+    """Bytes of voice uploads held in memory at once, across requests."""
 
     def start(self, warm: bool) -> None:
         """Start the GPU thread, and (bind first, warm after) load the default engine on it if `warm`."""
@@ -162,7 +166,8 @@ def build_service(settings: Settings) -> Service:
         min_seconds=settings.voice_min_seconds,
         max_seconds=settings.voice_max_seconds,
     )
-    catalog = VoiceCatalog(registry, pool, settings.default_voice)
+    peers = Peers(settings.peers, settings.peer_api_key, settings.peer_timeout_s, 4 * settings.max_upload_bytes)
+    catalog = VoiceCatalog(registry, pool, settings.default_voice, peers, settings.max_upload_bytes)
     synthesis = SynthesisService(
         settings=settings,
         pool=pool,
@@ -173,4 +178,4 @@ def build_service(settings: Settings) -> Service:
         metrics=metrics,
     )
     return Service(settings, registry, pool, gpu, scheduler, catalog, synthesis, metrics, time.time(),
-                   voice_table(settings.openai_voices))  # fmt: skip
+                   voice_table(settings.openai_voices), UploadBudget(settings.upload_budget_bytes))  # fmt: skip

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import NoDecode
 
 from engines import ENGINE_SPECS
 from engines.base import ENV_PREFIX, EngineSettings
@@ -106,6 +108,16 @@ class ServiceSettings(EngineSettings):
     """On SIGTERM the node drains: /ready answers 503, new syntheses 503 `draining`, running ones finish; after this
     long whatever still runs is cut (and logged) and the process exits 0."""
 
+    peers: Annotated[list[str], NoDecode] = []
+    """Base URLs of other nodes (a JSON list or comma-separated). A request for a voice id unknown here asks them for
+    its bundle (GET /voices/{id}/bundle), verifies it by its id, stores it and serves the request."""
+
+    peer_api_key: str = ""
+    """The key sent to peers (Authorization: Bearer) when they require one."""
+
+    peer_timeout_s: float = Field(3.0, gt=0, le=60)
+    """Timeout of each call to a peer; an unreachable peer costs at most this, never a hang."""
+
     host_id: str = Field(default_factory=socket.gethostname)
     """This node's name in a livestack fleet (passed to `livestack_node.attach`)."""
 
@@ -161,6 +173,29 @@ class ServiceSettings(EngineSettings):
     """Bytes of `POST /voices` bodies that all uploads together may hold in memory at once; an upload that would pass
     it is refused with 503 `uploads_busy` and `Retry-After` before its body is read. One upload alone is always
     admitted (up to its own size limit), so a budget below the largest upload only serialises them."""
+
+    @field_validator("peers", mode="before")
+    @classmethod
+    def _peer_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [url.strip() for url in text.split(",") if url.strip()]
+        return value
+
+    @field_validator("peers")
+    @classmethod
+    def _peer_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"peer {url!r} is not an http(s) base URL")
+        return value
+
+    @field_validator("openai_voices")
+    @classmethod
+    def _voice_names(cls, value: dict[str, str]) -> dict[str, str]:
+        if any(not name.strip() or not voice.strip() for name, voice in value.items()):
+            raise ValueError("every OpenAI voice name and the voice it maps to must be non-empty")
+        return value
 
     @model_validator(mode="after")
     def _check_relations(self) -> ServiceSettings:

@@ -259,7 +259,7 @@ class SynthesisService:
         try:
             if self.draining:
                 raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
-            plan = timings.plan = self.plan(request, ctx.engine)
+            plan = timings.plan = await self.plan(request, ctx.engine)
             cached = await self.cached_pcm(plan)
             if cached is not None:
                 timings.cache = "hit"
@@ -298,7 +298,7 @@ class SynthesisService:
 
     # -- planning --------------------------------------------------------------------------------------------------
 
-    def plan(self, request: SpeechFields, engine_name: str | None = None) -> Plan:
+    async def plan(self, request: SpeechFields, engine_name: str | None = None) -> Plan:
         text = normalize_text(_speakable(request.text))
         if not any(unicodedata.category(char)[0] in "LNS" for char in text):
             raise InvalidInput("text is empty: it holds nothing to speak", code="empty_text")
@@ -308,7 +308,7 @@ class SynthesisService:
             )
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
             self.pool.engine_for(self.settings.default_engine)
-        voice = self.catalog.resolve(request.voice_id)
+        voice = await self.catalog.resolve(request.voice_id)
         if engine_name is not None and voice.engine != engine_name:
             raise InvalidInput(
                 f"voice {str(request.voice_id)[:40]!r} belongs to engine {voice.engine}, not {engine_name} (the model)",
@@ -394,8 +394,8 @@ class SynthesisService:
         self.memory_cache.put(plan.cache_key, pcm)
         try:
             await asyncio.to_thread(self.pcm_cache.put, plan.cache_key, pcm)
-        except OSError:
-            log.warning("could not write the PCM cache entry %s", plan.cache_key, exc_info=True)
+        except OSError as exc:  # the request is served all the same; one line says why the entry is missing
+            log.warning("%s", exc)
 
     async def _cached_stream(self, timings: Timings, pcm: bytes) -> AsyncIterator[bytes]:
         outcome = "cancelled"

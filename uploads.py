@@ -9,6 +9,7 @@ in memory by every upload together are counted against one `UploadBudget`: past 
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -217,20 +218,35 @@ async def read_form(
     parser = MultipartParser(
         boundary, reader.callbacks(), max_header_size=MAX_PART_HEADER_BYTES  # type: ignore[arg-type]
     )
-    received = 0
     try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > body_limit:
-                raise PayloadTooLarge(f"request body is larger than {body_limit} bytes", code="body_too_large")
-            if reservation is not None:
-                reservation.cover(received)
+        async for chunk in _bounded(request, body_limit, reservation):
             parser.write(chunk)
         parser.finalize()
     except MultipartParseError as exc:
         raise _malformed(f"{exc} (does the body use the boundary its Content-Type names?)") from None
-    except ClientDisconnect:
-        raise ClientDisconnected("client disconnected while uploading") from None
     if not reader.ended:
         raise _malformed("it ends before its closing boundary")
     return reader.parts
+
+
+async def read_body(request: Request, limit: int, reservation: Reservation | None = None) -> bytes:
+    """A whole (non-multipart) upload body, refused (413) as soon as it passes `limit`, counted against the budget."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is larger than {limit} bytes", code="body_too_large")
+    return b"".join([chunk async for chunk in _bounded(request, limit, reservation)])
+
+
+async def _bounded(request: Request, limit: int, reservation: Reservation | None) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive, refused (413) past `limit`; each counted against the reservation first."""
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                raise PayloadTooLarge(f"request body is larger than {limit} bytes", code="body_too_large")
+            if reservation is not None:
+                reservation.cover(received)
+            yield chunk
+    except ClientDisconnect:
+        raise ClientDisconnected("client disconnected while uploading") from None

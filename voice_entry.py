@@ -13,6 +13,9 @@ AUDIO_FILE = "voice.wav"
 SEED_FILE = "seed.wav"
 PACK_FILE = "voice_pack.npy"
 META_FILE = "meta.json"
+ORIGINAL_AUDIO_FILE = "voice.orig"
+"""The clip as uploaded, kept when it was not a WAV (voice.wav is then a re-encoding): the id hashes these bytes."""
+ORIGINAL_SEED_FILE = "seed.orig"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,11 @@ class VoiceEntry:
     @property
     def seed_path(self) -> Path | None:
         return self.folder / SEED_FILE if self.has_seed_audio else None
+
+    def uploaded(self, stored: str, original: str) -> Path:
+        """The file whose bytes the id hashes: the upload as sent when it had to be re-encoded, else the stored one."""
+        kept = self.folder / original
+        return kept if kept.is_file() else self.folder / stored
 
     def public(self) -> dict[str, Any]:
         """What clients see: no paths, which are this node's business; a pack has no clip to describe."""

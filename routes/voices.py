@@ -6,14 +6,17 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+import bundles
 from dependencies import ServiceDep
 from engines import FAMILIES
 from errors import Conflict, InvalidInput
 from protocol import VoiceCreated
 from registry import Registration, check_voice_id
-from uploads import FormPart, read_form
+from text import LANGUAGES
+from uploads import FormPart, read_body, read_form
+from voice_entry import excerpt
 
 router = APIRouter(tags=["voices"])
 
@@ -48,13 +51,26 @@ def registration_from_form(parts: dict[str, FormPart]) -> Registration:
         seed_audio=bytes(seed.data) if seed is not None and seed.data else None,
         seed_text=seed_text.text() if seed_text is not None else None,
         replace=_flag(parts, "replace"),
+        language=_language(parts),
     )
+
+
+def _language(parts: dict[str, FormPart]) -> str | None:
+    """The optional `language` field as a canonical code (any spelling the speech routes take)."""
+    part = parts.get("language")
+    if part is None or not part.text().strip():
+        return None
+    language = LANGUAGES.get(part.text().strip().lower().replace("_", "-"))
+    if language is None:
+        raise InvalidInput(f"language {excerpt(part.text())!r} is not supported", code="unsupported_language")
+    return language.code
 
 
 @router.post("/voices", response_model=VoiceCreated, status_code=201)
 async def register_voice(request: Request, service: ServiceDep) -> JSONResponse:
-    parts = await read_form(request, file_limit=service.settings.max_upload_bytes)
-    entry, created = await asyncio.to_thread(service.registry.register, registration_from_form(parts))
+    with service.uploads.reservation() as held:  # uploads held in memory count against one budget
+        parts = await read_form(request, file_limit=service.settings.max_upload_bytes, reservation=held)
+        entry, created = await asyncio.to_thread(service.registry.register, registration_from_form(parts))
     body = VoiceCreated(voice_id=entry.voice_id, created=created)
     return JSONResponse(body.model_dump(), status_code=201 if created else 200)
 
@@ -62,6 +78,28 @@ async def register_voice(request: Request, service: ServiceDep) -> JSONResponse:
 @router.get("/voices")
 async def list_voices(service: ServiceDep) -> dict[str, Any]:
     return {"voices": await asyncio.to_thread(service.catalog.listing)}
+
+
+@router.post("/voices/bundle", response_model=VoiceCreated, status_code=201)
+async def import_bundle(request: Request, service: ServiceDep) -> JSONResponse:
+    """Register a voice from another node's bundle (a zip): refused, with nothing written, unless its content hashes
+    to the id it claims."""
+    limit = 2 * service.settings.max_upload_bytes + 64 * 1024
+    with service.uploads.reservation() as held:
+        data = await read_body(request, limit, held)
+        registration = bundles.registration(data, service.settings.max_upload_bytes)
+        entry, created = await asyncio.to_thread(service.registry.register, registration)
+    body = VoiceCreated(voice_id=entry.voice_id, created=created)
+    return JSONResponse(body.model_dump(), status_code=201 if created else 200)
+
+
+@router.get("/voices/{voice_id}/bundle", response_class=Response)
+async def export_bundle(voice_id: str, service: ServiceDep) -> Response:
+    """The registration as a self-contained archive (clip, transcript, engine, mode, seed; no derived caches)."""
+    entry = await asyncio.to_thread(service.registry.lookup, voice_id)
+    data = await asyncio.to_thread(bundles.export, entry)
+    disposition = f'attachment; filename="{entry.voice_id}.polytts-voice.zip"'
+    return Response(data, media_type=bundles.MEDIA_TYPE, headers={"Content-Disposition": disposition})
 
 
 @router.get("/voices/{name}")

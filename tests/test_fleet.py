@@ -9,11 +9,13 @@ import signal
 import textwrap
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import soundfile as sf
 
 from conftest import ROOT, ServerProcess, wav_clip
 
@@ -205,3 +207,94 @@ def _pack_bytes() -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, np.random.default_rng(3).standard_normal((510, 1, 256)).astype(np.float32) * 0.1)
     return buffer.getvalue()
+
+
+def _pack_form() -> dict:
+    return {"files": {"voice_pack": ("p.npy", _pack_bytes(), "application/octet-stream")}, "data": {"engine": "kokoro"}}
+
+
+def _flac_clip() -> bytes:
+    samples = (0.3 * np.sin(2 * np.pi * 180 * np.arange(24_000) / 16_000)).astype(np.float32)
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, 16_000, format="FLAC")
+    return buffer.getvalue()
+
+
+def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+    a = ServerProcess(tmp_path / "a", POLYTTS_KOKORO_BACKEND="onnx").start()
+    b = ServerProcess(tmp_path / "b", POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
+                      POLYTTS_PEER_TIMEOUT_S="2").start()  # fmt: skip
+    try:
+        with a.client() as on_a, b.client() as on_b:
+            pack = on_a.post("/voices", **_pack_form()).json()["voice_id"]
+            clip = on_a.post("/voices", files={"audio": ("c.flac", _flac_clip(), "audio/flac")},
+                             data={"engine": "qwen", "ref_text": "a flac clip", "language": "fr"}).json()["voice_id"]  # fmt: skip
+            assert pack not in on_b.get("/health").json()["inventory"]["voice"]
+            spoken = on_b.post("/tts", json={"text": "Served on the other node.", "voice_id": pack, "language": "en"})
+            assert spoken.status_code == 200 and spoken.headers["x-voice-id"] == pack
+            assert pack in on_b.get("/health").json()["inventory"]["voice"]
+            # A clip voice of an engine B does not run is stored all the same, with the same id and language.
+            refused = on_b.post("/tts", json={"text": "hi", "voice_id": clip})
+            assert refused.status_code == 422 and refused.json()["code"] == "engine_unavailable"
+            copied = on_b.get(f"/voices/{clip}").json()
+            assert copied["voice_id"] == clip and copied["language"] == "fr-fr" and copied["ref_text"] == "a flac clip"
+            unknown = on_b.post("/tts", json={"text": "hi", "voice_id": "0123456789abcdef"})
+            assert unknown.status_code == 404 and unknown.json()["code"] == "voice_not_found"
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assembled_model: Path) -> None:
+    server = ServerProcess(tmp_path / "n", POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_WARM_ON_START="false").start()
+    try:
+        with server.client() as client:
+            form = {"engine": "voxcpm", "ref_text": "the reference", "seed_text": "seed words"}
+            files = {"audio": ("r.flac", _flac_clip(), "audio/flac"), "seed_audio": ("s.wav", wav_clip(1.0, 500), "audio/wav")}
+            voice = client.post("/voices", files=files, data=form).json()["voice_id"]
+            bundle = client.get(f"/voices/{voice}/bundle")
+            assert bundle.status_code == 200 and bundle.headers["content-type"] == "application/zip"
+            assert client.delete(f"/voices/{voice}").status_code == 200
+            imported = client.post("/voices/bundle", content=bundle.content, headers={"content-type": "application/zip"})
+            assert imported.status_code == 201 and imported.json() == {"voice_id": voice, "created": True}
+            again = client.post("/voices/bundle", content=bundle.content, headers={"content-type": "application/zip"})
+            assert again.status_code == 200 and again.json()["created"] is False
+            assert client.get(f"/voices/{voice}").json()["seed_text"] == "seed words"
+
+            with zipfile.ZipFile(io.BytesIO(bundle.content)) as original:
+                members = {name: original.read(name) for name in original.namelist()}
+            members["manifest.json"] = members["manifest.json"].replace(b"the reference", b"another transcript")
+            members["audio"] = members["audio"][:-2000] + bytes(2000)
+            tampered = io.BytesIO()
+            with zipfile.ZipFile(tampered, "w") as archive:
+                for name, data in members.items():
+                    archive.writestr(name, data)
+            client.delete(f"/voices/{voice}")
+            before = sorted(p.name for p in (tmp_path / "n" / "voices").iterdir())
+            refused = client.post("/voices/bundle", content=tampered.getvalue(),
+                                  headers={"content-type": "application/zip"})  # fmt: skip
+            assert refused.status_code == 422 and refused.json()["code"] == "bundle_id_mismatch"
+            assert sorted(p.name for p in (tmp_path / "n" / "voices").iterdir()) == before
+            garbage = client.post("/voices/bundle", content=b"PK\x03\x04 not really", headers={"content-type": "application/zip"})
+            assert garbage.status_code == 422 and garbage.json()["code"] == "invalid_bundle"
+    finally:
+        server.stop()
+
+
+def test_nodes_sharing_one_voices_folder(tmp_path: Path, assembled_model: Path) -> None:
+    shared = {"POLYTTS_VOICES_DIR": str(tmp_path / "shared-voices"), "POLYTTS_KOKORO_BACKEND": "onnx"}
+    a = ServerProcess(tmp_path / "a", **shared).start()
+    b = ServerProcess(tmp_path / "b", **shared).start()
+    try:
+        with a.client() as on_a, b.client() as on_b:
+            pack = on_a.post("/voices", **_pack_form()).json()["voice_id"]
+            # B indexed the folder at its start, before the pack existed: it finds it on disk.
+            spoken = on_b.post("/tts", json={"text": "From the shared folder.", "voice_id": pack, "language": "en"})
+            assert spoken.status_code == 200
+            assert on_b.post("/voices", **_pack_form()).json() == {"voice_id": pack, "created": False}
+            assert on_b.delete(f"/voices/{pack}").status_code == 200
+            gone = on_a.post("/tts", json={"text": "Deleted elsewhere.", "voice_id": pack})
+            assert gone.status_code == 404
+    finally:
+        a.stop()
+        b.stop()

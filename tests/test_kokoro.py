@@ -10,7 +10,8 @@ import pytest
 
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
-from errors import InvalidInput
+from errors import InvalidInput, NotFound
+from normalize import normalize_english
 from text import resolve_language
 from voice_entry import VoiceEntry
 
@@ -38,7 +39,11 @@ def speak(engine: KokoroEngine, text: str, options: SynthesisOptions = ENGLISH) 
 def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
     fresh = onnx_engine(assembled_model)
     names = {v.name: v.language for v in fresh.builtin_voices()}
-    assert names == {"jf_alpha": "ja", "jf_gongitsune": "ja", "jf_nezumi": "ja", "jf_tebukuro": "ja", "jm_kumo": "ja"}
+    # The 54 stock voices, language and gender from their names, listed from data/kokoro-voices without loading.
+    assert len(names) == 54 and names["af_heart"] == "en-us" and names["bm_george"] == "en-gb"
+    assert {name: names[name] for name in ("jf_alpha", "jm_kumo", "ef_dora", "ff_siwis", "zf_xiaobei")} == {
+        "jf_alpha": "ja", "jm_kumo": "ja", "ef_dora": "es", "ff_siwis": "fr-fr", "zf_xiaobei": "zh"}  # fmt: skip
+    assert {v.gender for v in fresh.builtin_voices() if v.name in ("af_heart", "am_adam")} == {"female", "male"}
     assert not fresh.loaded
     assert fresh.checkpoint == "kokoro-82m-int8-onnx@6e742170d309016e"
 
@@ -74,9 +79,9 @@ def test_other_espeak_languages_speak(engine: KokoroEngine) -> None:
 
 
 def test_voice_errors(engine: KokoroEngine, tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput) as err:
+    with pytest.raises(NotFound) as missing:
         engine.prepare_voice(BuiltinVoice("af_nobody", "en-us", "kokoro"))
-    assert err.value.code == "voice_not_found"
+    assert missing.value.code == "voice_not_found"
     registered = VoiceEntry("0123456789abcdef", "voxcpm", "hi", False, None, False, 0.0, 1.0, 16_000, tmp_path)
     with pytest.raises(InvalidInput) as err:
         engine.prepare_voice(registered)
@@ -116,3 +121,38 @@ def test_describe_names_backend_checkpoint_and_g2p(engine: KokoroEngine) -> None
 def test_chinese_speaks_through_misaki(engine: KokoroEngine) -> None:
     audio = speak(engine, "你好，世界。", SynthesisOptions(language=resolve_language("zh")))
     assert len(audio) > 12_000
+
+
+# A short phrase per language of the stock voices; Japanese and Chinese need their optional G2P packages.
+PHRASES = {"en-us": "Hello there.", "en-gb": "Hello there.", "es": "Hola a todos.", "fr-fr": "Bonjour à tous.",
+           "hi": "नमस्ते दोस्तों।", "it": "Ciao a tutti.", "pt-br": "Olá a todos.", "ja": "こんにちは。", "zh": "你好。"}  # fmt: skip
+
+
+def test_every_stock_voice_speaks(engine: KokoroEngine) -> None:
+    """Each of the 54 stock voices, on the real int8 model, in its own language where this node has its G2P."""
+    spoken = set()
+    for voice in engine.builtin_voices():
+        try:
+            language = resolve_language(voice.language)  # refuses a language whose G2P is not installed
+        except InvalidInput:
+            language = resolve_language("en")
+        handle = engine.prepare_voice(voice)
+        audio = np.concatenate(list(engine.stream(PHRASES[language.code], handle, SynthesisOptions(language))))
+        # Some voices peak a little over full scale (to_pcm16 clips them); silence or garbage would fail here.
+        assert 0.3 < len(audio) / 24_000 < 5.0 and 0.02 < np.abs(audio).max() < 1.5, voice.name
+        spoken.add(voice.name)
+    assert len(spoken) == 54
+
+
+def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None:
+    handle = engine.prepare_voice(BuiltinVoice("af_heart", "en-us", "kokoro"))
+    raw = "It cost $1,234.56 on 2024-03-03."
+
+    def audio(text: str, normalize: bool) -> np.ndarray:
+        options = SynthesisOptions(resolve_language("en"), {"speed": 1.0, "normalize": normalize})
+        return np.concatenate(list(engine.stream(text, handle, options)))
+
+    spoken = normalize_english(raw)
+    assert spoken == "It cost one thousand two hundred thirty-four dollars and fifty-six cents on March third, twenty twenty-four."
+    assert np.array_equal(audio(raw, True), audio(spoken, False))  # what the model hears is the normalized text
+    assert not np.array_equal(audio(raw, False), audio(spoken, False))  # normalize: false leaves the text alone

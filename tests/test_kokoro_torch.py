@@ -14,7 +14,7 @@ from engine_pool import EnginePool, build_engines
 from engines import ENGINE_SPECS
 from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import KokoroEngine
-from errors import InvalidInput
+from errors import NotFound
 from metrics import Metrics
 from scheduler import GpuThread
 from settings import load_settings
@@ -41,8 +41,10 @@ def test_loads_through_kmodel_and_lists_its_packs(engine: KokoroEngine, tiny_kok
     assert described["backend"] == "torch" and described["device"] == "cpu" and described["loaded"] is True
     assert str(described["checkpoint"]).startswith(f"kokoro-torch:{tiny_kokoro}@")
     assert described["memory"]["weights_bytes"] > 100_000_000  # type: ignore[index]
-    assert [v.name for v in engine.builtin_voices()] == list(TINY_KOKORO_VOICES)
-    assert {v.language for v in engine.builtin_voices()} == {"en-us", "en-gb"}
+    # The stock voices (no hub needed), then the packs that come with these weights.
+    names = [v.name for v in engine.builtin_voices()]
+    assert names[-3:] == list(TINY_KOKORO_VOICES) and len(names) == 54 + 3 and "af_heart" in names
+    assert {v.language for v in engine.builtin_voices() if v.name in TINY_KOKORO_VOICES} == {"en-us", "en-gb"}
 
 
 def test_chunked_streaming_yields_audio_per_chunk(engine: KokoroEngine) -> None:
@@ -66,7 +68,7 @@ def test_prepared_voices_and_blends_are_resolved_once(engine: KokoroEngine) -> N
 
 
 def test_unknown_pack(engine: KokoroEngine) -> None:
-    with pytest.raises(InvalidInput) as err:
+    with pytest.raises(NotFound) as err:
         engine.prepare_voice(BuiltinVoice("zz_nobody", "en-us", "kokoro"))
     assert err.value.code == "voice_not_found"
 
@@ -113,3 +115,12 @@ async def test_the_manager_reports_the_footprint_measured_after_load(tiny_kokoro
     finally:
         await gpu.run(pool.manager.unload_now, None)
         gpu.stop()
+
+
+@pytest.mark.parametrize("name", ["af_heart", "bm_george", "ef_dora", "if_sara"])
+def test_stock_voices_on_the_torch_backend(engine: KokoroEngine, name: str) -> None:
+    voice = next(v for v in engine.builtin_voices() if v.name == name)
+    handle = engine.prepare_voice(voice)
+    assert handle.shape == (510, 1, 256)
+    pieces = list(engine.stream("Hola.", handle, SynthesisOptions(resolve_language(voice.language))))
+    assert pieces and all(np.isfinite(piece).all() for piece in pieces)

@@ -43,7 +43,7 @@ async def synthesize(service: Service, text: str) -> bytes:
 
 async def test_a_clean_synthesis_is_cached_in_both_layers(service: Service, caplog: pytest.LogCaptureFixture) -> None:
     pcm = await synthesize(service, "Cache me.")
-    plan = service.synthesis.plan(TTSRequest(text="Cache me.", language="en"))
+    plan = await service.synthesis.plan(TTSRequest(text="Cache me.", language="en"))
     assert service.synthesis.memory_cache.get(plan.cache_key) == pcm
     assert service.synthesis.pcm_cache.get(plan.cache_key) == pcm
     assert service.synthesis.pcm_cache.stats()["entries"] == 1
@@ -63,7 +63,7 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
 
     monkeypatch.setattr(engine, "stream", breaks_after_one_piece)
     text = "First sentence arrives. The second one never does."
-    plan = service.synthesis.plan(TTSRequest(text=text, language="en"))
+    plan = await service.synthesis.plan(TTSRequest(text=text, language="en"))
     received = []
     with pytest.raises(RuntimeError, match="device lost"):
         speech = await service.synthesis.speak(TTSRequest(text=text, language="en"), CONTEXT)
@@ -87,35 +87,36 @@ async def test_an_abandoned_stream_caches_nothing_and_frees_the_slot(service: Se
     await stream.aclose()  # what a client disconnect does
     while service.scheduler.stats()["running"]:  # the step under way finishes; no further one starts
         await asyncio.sleep(0.05)
-    assert await service.synthesis.cached_pcm(service.synthesis.plan(request)) is None
+    assert await service.synthesis.cached_pcm(await service.synthesis.plan(request)) is None
     assert await synthesize(service, "Next.")
 
 
-def test_plan_errors(service: Service) -> None:
+async def test_plan_errors(service: Service) -> None:
     plan = service.synthesis.plan
     with pytest.raises(PayloadTooLarge):
-        plan(TTSRequest(text="x" * 5001))
+        await plan(TTSRequest(text="x" * 5001))
     with pytest.raises(NotFound):
-        plan(TTSRequest(text="hi", voice_id="af_unknown"))
+        await plan(TTSRequest(text="hi", voice_id="af_unknown"))
     with pytest.raises(InvalidInput):
-        plan(TTSRequest(text="hi", language="xx"))
+        await plan(TTSRequest(text="hi", language="xx"))
 
 
-def test_cache_key_covers_voice_text_and_parameters(service: Service) -> None:
+async def test_cache_key_covers_voice_text_and_parameters(service: Service) -> None:
     plan = service.synthesis.plan
     keys = {
-        plan(TTSRequest(text="Same text.")).cache_key,
-        plan(TTSRequest(text="Same text.", speed=1.25)).cache_key,
-        plan(TTSRequest(text="Same text.", voice_id="jm_kumo")).cache_key,
-        plan(TTSRequest(text="Same text.", language="en-gb")).cache_key,
-        plan(TTSRequest(text="Other text.")).cache_key,
-        plan(TTSRequest(text="Same text, said twice over.")).cache_key,
-        plan(TTSRequest(text="Same text, said twice over.", max_chars_per_gen=20)).cache_key,
+        (await plan(TTSRequest(text="Same text."))).cache_key,
+        (await plan(TTSRequest(text="Same text.", speed=1.25))).cache_key,
+        (await plan(TTSRequest(text="Same text.", normalize=False))).cache_key,
+        (await plan(TTSRequest(text="Same text.", voice_id="am_adam"))).cache_key,
+        (await plan(TTSRequest(text="Same text.", language="en-gb"))).cache_key,
+        (await plan(TTSRequest(text="Other text."))).cache_key,
+        (await plan(TTSRequest(text="Same text, said twice over."))).cache_key,
+        (await plan(TTSRequest(text="Same text, said twice over.", max_chars_per_gen=20))).cache_key,
     }
-    assert len(keys) == 7
+    assert len(keys) == 8
     with pytest.raises(InvalidInput, match="at least 20"):  # a cap of a few characters would multiply the work
-        plan(TTSRequest(text="Same text.", max_chars_per_gen=5))
-    assert plan(TTSRequest(text="Same   text.")).cache_key == plan(TTSRequest(text="Same text.")).cache_key
+        await plan(TTSRequest(text="Same text.", max_chars_per_gen=5))
+    assert (await plan(TTSRequest(text="Same   text."))).cache_key == (await plan(TTSRequest(text="Same text."))).cache_key
 
 
 class StalledDisk(PcmCache):
@@ -144,3 +145,21 @@ async def test_a_stalled_cache_disk_does_not_delay_another_stream(service: Servi
     disk.release.set()
     assert await first
     assert disk.stats()["entries"] == 2
+
+
+@pytest.mark.parametrize(
+    ("voice", "language", "expected"),
+    [("af_heart", None, "en-us"), ("bm_george", None, "en-gb"), ("ef_dora", None, "es"), ("ff_siwis", None, "fr-fr"),
+     ("hf_alpha", None, "hi"), ("if_sara", None, "it"), ("pf_dora", None, "pt-br"), ("zf_xiaobei", None, "zh"),
+     ("bf_emma(1)+af_heart(3)", None, "en-gb"), ("ef_dora", "en", "en-us"), (None, None, "en-us")],
+)  # fmt: skip
+async def test_the_language_follows_the_voice_unless_named(service: Service, voice: str | None, language: str | None,
+                                                          expected: str) -> None:  # fmt: skip
+    plan = await service.synthesis.plan(TTSRequest(text="Hi.", voice_id=voice, language=language))
+    assert plan.options.language.code == expected
+
+
+async def test_a_japanese_voice_without_its_g2p_names_the_package(service: Service) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        await service.synthesis.plan(TTSRequest(text="こんにちは", voice_id="jf_alpha"))
+    assert refused.value.code == "language_not_installed" and "pyopenjtalk-plus" in refused.value.message
