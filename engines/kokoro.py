@@ -78,8 +78,14 @@ class KokoroBackend(ABC):
         """One built-in pack, shape PACK_SHAPE (model loaded)."""
 
     @abstractmethod
+    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray | None]:
+        """Audio for at most MAX_TOKENS tokens, and how many frames the model gave each token (int64, len(tokens) + 2
+        entries: the padding token at each end comes first and last; speed already applied), or None where the
+        backend cannot tell. word_timings.py turns them into word times."""
+
     def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         """Audio for at most MAX_TOKENS tokens."""
+        return self.infer_timed(tokens, style, speed)[0]
 
     def memory(self) -> dict[str, int]:
         """Device memory in use, for /health."""

@@ -11,6 +11,7 @@ import pytest
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
 from errors import InvalidInput
+from models.assemble import model_sum
 from voice_entry import VoiceEntry
 from text import resolve_language
 
@@ -40,7 +41,7 @@ def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
     names = {v.name: v.language for v in fresh.builtin_voices()}
     assert names == {"jf_alpha": "ja", "jf_gongitsune": "ja", "jf_nezumi": "ja", "jf_tebukuro": "ja", "jm_kumo": "ja"}
     assert not fresh.loaded
-    assert fresh.checkpoint == "kokoro-82m-int8-onnx@6e742170d309016e"
+    assert fresh.checkpoint == f"kokoro-82m-int8-onnx@{model_sum(assembled_model)[:16]}"  # the file as written
 
 
 def test_english_speech_at_24khz(engine: KokoroEngine) -> None:
@@ -109,10 +110,23 @@ def test_backend_choice() -> None:
 def test_describe_names_backend_checkpoint_and_g2p(engine: KokoroEngine) -> None:
     described = engine.describe()
     assert described["backend"] == "onnx" and described["device"] == "cpu"
-    assert described["checkpoint"] == "kokoro-82m-int8-onnx@6e742170d309016e"
+    assert described["checkpoint"] == f"kokoro-82m-int8-onnx@{model_sum(engine.onnx_dir)[:16]}"
     assert described["g2p"]["english"] == "espeak"  # no spaCy model here
 
 
 def test_chinese_speaks_through_misaki(engine: KokoroEngine) -> None:
     audio = speak(engine, "你好，世界。", SynthesisOptions(language=resolve_language("zh")))
     assert len(audio) > 12_000
+
+
+def test_inference_returns_each_tokens_frames(engine: KokoroEngine) -> None:
+    backend = engine.backend
+    assert backend is not None
+    tokens = next(engine._token_windows(engine.g2p.phonemize("Timed words.", ENGLISH.language)))  # type: ignore[union-attr]
+    style = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))[len(tokens) - 1]
+    audio, durations = backend.infer_timed(tokens, style, 1.0)
+    assert durations is not None and durations.dtype == np.int64 and durations.shape == (len(tokens) + 2,)
+    assert durations.min() >= 1 and durations.sum() * 600 == len(audio)  # 600 samples (25 ms) per frame
+    assert np.array_equal(backend.infer(tokens, style, 1.0), audio)
+    _, faster = backend.infer_timed(tokens, style, 2.0)  # speed is applied before rounding
+    assert faster.sum() < 0.7 * durations.sum()
