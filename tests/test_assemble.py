@@ -171,7 +171,11 @@ def test_a_graph_without_the_duration_chain_is_refused() -> None:
     """A graph where `speed` feeds a Div but no Round → Clip → Cast(int64) chain follows."""
     h = onnx.helper
     graph = h.make_graph(
-        [h.make_node("Div", ["x", "speed"], ["y"]), h.make_node("Round", ["y"], ["z"]), h.make_node("Relu", ["z"], ["out"])],
+        [
+            h.make_node("Div", ["x", "speed"], ["y"]),
+            h.make_node("Round", ["y"], ["z"]),
+            h.make_node("Relu", ["z"], ["out"]),
+        ],
         "not-kokoro",
         [h.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1]) for n in ("x", "speed")],
         [h.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [1])],
