@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Literal
@@ -213,23 +213,6 @@ class WordClock:
         else:  # no token of its own: a point where it would have been
             start = end = self._starts[span.first] if span.first < len(self._starts) else float(self._samples)
         return WordTiming(span.word, self.offset + start / self.sample_rate, self.offset + end / self.sample_rate)
-
-
-def word_timings(
-    text: str,
-    tokens: str,
-    windows: Iterable[tuple[np.ndarray, int]],
-    phonemize: Callable[[str], str],
-    sample_rate: int,
-    offset: float = 0.0,
-) -> list[WordTiming]:
-    """Every word of a chunk with its start and end in seconds of the response's audio, from the chunk's token
-    string and, per window of at most MAX_TOKENS tokens in order, (durations, number of audio samples)."""
-    clock = WordClock(align_words(text, tokens, phonemize), sample_rate, offset)
-    timed = [word for durations, samples in windows for word in clock.add(durations, samples)]
-    if clock.tokens != len(tokens):
-        raise ValueError(f"the windows hold {clock.tokens} tokens, the chunk {len(tokens)}")
-    return timed
 
 
 def captions(words: Sequence[WordTiming], fmt: CaptionFormat, max_chars: int = 42, max_seconds: float = 5.0) -> str:

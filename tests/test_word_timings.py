@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.base import BuiltinVoice, EngineCaps
+from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions
 from engines.g2p import G2P
 from engines.kokoro import KokoroEngine
 from text import resolve_language
-from word_timings import WordClock, WordSpan, WordTiming, align_words, captions, split_words, word_timings
+from word_timings import WordClock, WordSpan, WordTiming, align_words, captions, split_words
 
 ENGLISH = resolve_language("en")
 RATE = 24_000
@@ -118,13 +118,11 @@ def test_clock_times_words_across_windows_as_they_complete() -> None:
     ]  # fmt: skip
 
 
-def test_bad_durations_and_a_token_count_mismatch_are_errors() -> None:
+def test_bad_durations_are_errors() -> None:
     clock = WordClock([WordSpan("a", 0, 1)], RATE)
     for bad in ([1, 1], [1, -1, 1], [0, 0, 0]):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="durations of a window"):
             clock.add(np.array(bad), 600)
-    with pytest.raises(ValueError, match="the windows hold 1 tokens, the chunk 3"):
-        word_timings("a b", "a b", [(np.array([1, 1, 1]), 1800)], letters, RATE)
 
 
 def test_public_shape_and_shift() -> None:
@@ -148,29 +146,27 @@ def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
 def speak_timed(
     engine: KokoroEngine, text: str, code: str = "en", speed: float = 1.0
 ) -> tuple[np.ndarray, list[WordTiming]]:
-    """What the engine's stream does, with timings: phonemes, tokens in windows, timed inference per window."""
-    assert engine.backend is not None and engine.g2p is not None
-    g2p, language, vocab = engine.g2p, resolve_language(code), engine.backend.vocab
     voice = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
-    phonemes = g2p.phonemize(text, language)
-
-    def phonemize(word: str) -> str:
-        return g2p.phonemize(word, language)
-
-    clock = WordClock(align_words(text, "".join(p for p in phonemes if p in vocab), phonemize), RATE)
-    pieces, words = [], []
-    for window in engine._token_windows(phonemes):
-        audio, durations = engine.backend.infer_timed(window, voice[len(window) - 1], speed)
-        assert durations is not None
-        words += clock.add(durations, len(audio))
-        pieces.append(audio)
-    return np.concatenate(pieces), words
+    options = SynthesisOptions(resolve_language(code), {"speed": speed})
+    pieces = list(engine.stream_timed(text, voice, options))
+    return np.concatenate([audio for audio, _ in pieces]), [word for _, words in pieces for word in words]
 
 
 def check_timings(text: str, audio: np.ndarray, words: list[WordTiming]) -> None:
     assert [w.word for w in words] == split_words(text)  # every word, in order
     assert all(0.0 <= w.start < w.end <= len(audio) / RATE for w in words)  # inside the audio, never empty
     assert all(a.end <= b.start for a, b in zip(words, words[1:]))  # monotonic
+
+
+def test_timed_stream_is_the_same_audio_with_words_from_the_offset(engine: KokoroEngine) -> None:
+    voice = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
+    options = SynthesisOptions(ENGLISH, {"speed": 1.0})
+    plain = list(engine.stream("Same audio, with words.", voice, options))
+    timed = list(engine.stream_timed("Same audio, with words.", voice, options, offset=2.5))
+    assert len(plain) == len(timed) and all(np.array_equal(a, b) for a, (b, _) in zip(plain, timed))
+    words = [word for _, piece in timed for word in piece]
+    assert [w.word for w in words] == ["Same", "audio,", "with", "words."]
+    assert 2.5 < words[0].start and words[-1].end < 2.5 + len(plain[0]) / RATE
 
 
 def test_real_speech_is_timed_word_by_word(engine: KokoroEngine) -> None:
