@@ -233,7 +233,7 @@ class KokoroEngine(Engine):
             audio, durations = self.backend.infer_timed(
                 window, voice[len(window) - 1], float(options.params.get("speed", 1.0))
             )
-            yield audio, clock.add(durations, len(audio))
+            yield audio, clock.add(durations, audio)
 
     def _token_windows(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in windows of at most MAX_TOKENS, cut at the last space before the limit."""

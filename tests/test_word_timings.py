@@ -12,7 +12,15 @@ from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions
 from engines.g2p import G2P
 from engines.kokoro import KokoroEngine
 from text import resolve_language
-from word_timings import WordClock, WordSpan, WordTiming, align_words, captions, split_words
+from word_timings import (
+    SOUND_LEAD_S,
+    WordClock,
+    WordSpan,
+    WordTiming,
+    align_words,
+    captions,
+    split_words,
+)
 
 ENGLISH = resolve_language("en")
 RATE = 24_000
@@ -96,33 +104,49 @@ def test_espeak_alignment_on_hard_text() -> None:
 # --- time --------------------------------------------------------------------------------------------------------
 
 
-def test_clock_turns_frames_into_seconds_with_the_leading_pad() -> None:
-    tokens = "ab cd"
-    spans = align_words("ab cd", tokens, letters)
+def loud(frames: int, samples_per_frame: int = 600) -> np.ndarray:
+    """Audio that is audible throughout: nothing to trim."""
+    return np.random.default_rng(frames).uniform(-0.5, 0.5, frames * samples_per_frame).astype(np.float32)
+
+
+def test_clock_turns_frames_into_seconds_with_the_leading_pad_and_the_decoders_lead() -> None:
+    assert SOUND_LEAD_S == 0.05
+    spans = align_words("ab cd", "ab cd", letters)
     clock = WordClock(spans, RATE, offset=10.0)
-    durations = np.array([4, 1, 2, 3, 1, 1, 5])  # pad, a, b, space, c, d, pad
-    words = clock.add(durations, 17 * 600)  # 600 samples (25 ms) a frame; the leading pad takes the first 100 ms
+    durations = np.array([4, 1, 2, 3, 1, 1, 5])  # pad, a, b, space, c, d, pad: 600 samples (25 ms) a frame
+    words = clock.add(durations, loud(17))  # tokens: ab 0.1–0.175 s, cd 0.25–0.3 s; sounds 50 ms earlier
     assert [(w.word, w.start, w.end) for w in words] == [
-        ("ab", pytest.approx(10.1), pytest.approx(10.175)), ("cd", pytest.approx(10.25), pytest.approx(10.3)),
+        ("ab", pytest.approx(10.05), pytest.approx(10.125)), ("cd", pytest.approx(10.2), pytest.approx(10.25)),
     ]  # fmt: skip
     assert clock.tokens == 5
+    early = WordClock([WordSpan("a", 0, 1)], RATE).add(np.array([1, 2, 1]), loud(4))
+    assert early == [WordTiming("a", 0.0, pytest.approx(0.025))]  # never before the audio starts
+
+
+def test_a_pause_held_in_a_words_last_token_is_trimmed_off() -> None:
+    """Kokoro gives the phoneme before a full stop the frames of the pause after it; the word ends with its sound."""
+    audio = np.zeros(20 * 600, dtype=np.float32)
+    audio[int(0.06 * RATE) : int(0.2 * RATE)] = loud(1, int(0.14 * RATE))
+    (word,) = WordClock([WordSpan("ab.", 0, 2)], RATE).add(np.array([4, 2, 12, 2]), audio)
+    assert (word.start, word.end) == (pytest.approx(0.05), pytest.approx(0.2))  # not 0.4: 0.45 less the lead
 
 
 def test_clock_times_words_across_windows_as_they_complete() -> None:
     spans = [WordSpan("one", 0, 2), WordSpan("two", 3, 5), WordSpan("three", 5, 7)]
-    clock = WordClock(spans, 1000)
-    assert clock.add(np.array([2, 1, 1, 1, 1, 2]), 8) == [WordTiming("one", 2 / 1000, 4 / 1000)]  # 1 sample a frame
-    # The second window's samples per frame come from its length: 2 here. "two" straddles the windows.
-    assert clock.add(np.array([1, 1, 1, 1, 1]), 10) == [
-        WordTiming("two", 5 / 1000, 12 / 1000), WordTiming("three", 12 / 1000, 16 / 1000),
-    ]  # fmt: skip
+    clock = WordClock(spans, RATE)
+    assert clock.add(np.array([2, 1, 1, 1, 1, 2]), loud(8)) == [WordTiming("one", 0.0, pytest.approx(0.05))]
+    # The second window's samples per frame come from its length: 1,200 here. "two" straddles the windows.
+    assert clock.add(np.array([1, 1, 1, 1, 1]), loud(5, 1200)) == [
+        WordTiming("two", pytest.approx(0.075), pytest.approx(0.25)),
+        WordTiming("three", pytest.approx(0.25), pytest.approx(0.35)),
+    ]
 
 
 def test_bad_durations_are_errors() -> None:
     clock = WordClock([WordSpan("a", 0, 1)], RATE)
     for bad in ([1, 1], [1, -1, 1], [0, 0, 0]):
         with pytest.raises(ValueError, match="durations of a window"):
-            clock.add(np.array(bad), 600)
+            clock.add(np.array(bad), loud(3))
 
 
 def test_public_shape_and_shift() -> None:
