@@ -58,6 +58,11 @@ def test_inference_returns_kmodels_predicted_durations(engine: KokoroEngine) -> 
     audio, durations = backend.infer_timed(tokens, style, 1.0)
     assert durations is not None and durations.dtype == np.int64 and durations.shape == (len(tokens) + 2,)
     assert durations.min() >= 1 and durations.sum() * 600 == len(audio)
+    voice = engine.prepare_voice(BuiltinVoice("af_tiny", "en-us", "kokoro"))
+    pieces = list(engine.stream_timed("Hello there, world.", voice, ENGLISH, offset=1.0))
+    words = [word for _, timed in pieces for word in timed]
+    assert [w.word for w in words] == ["Hello", "there,", "world."]
+    assert all(1.0 <= w.start <= w.end <= 1.0 + len(pieces[0][0]) / 24_000 for w in words)
 
 
 def test_prepared_voices_and_blends_are_resolved_once(engine: KokoroEngine) -> None:
