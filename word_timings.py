@@ -8,7 +8,7 @@ running sum of the durations before it, the leading pad's frames included. The s
 each window's actual length, so a model with another decoder needs no constant here.
 
 Which tokens belong to which word is the hard part: the engine phonemizes a whole chunk at once, and espeak-ng joins
-words ("out of" → `ˌaʊɾəv`), splits them ("1998" → four phoneme words), keeps punctuation, and shifts stress.
+words ("out of" → `ˌaʊɾəv`), splits them ("1998" → three phoneme words), keeps punctuation, and shifts stress.
 `align_words` phonemizes each text word on its own, then aligns those per-word phonemes to the chunk's actual token
 string character by character (difflib, stress marks, spaces and punctuation ignored), so each actual phoneme takes
 the label of the word whose phoneme it matched or replaced. A word then spans from its first to its last labelled
