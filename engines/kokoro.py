@@ -38,6 +38,7 @@ from voice_entry import VoiceEntry
 
 if TYPE_CHECKING:
     from settings import Settings
+from word_timings import WordClock, WordTiming, align_words
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -90,8 +91,13 @@ class KokoroBackend(ABC):
         raise NotFound(f"Kokoro has no voice pack {name!r} with these weights", code="voice_not_found")
 
     @abstractmethod
+    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+        """Audio for at most MAX_TOKENS tokens, and how many frames the model gave each token (int64, len(tokens) + 2
+        entries: the padding token at each end comes first and last; speed already applied)."""
+
     def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         """Audio for at most MAX_TOKENS tokens."""
+        return self.infer_timed(tokens, style, speed)[0]
 
     def memory(self) -> dict[str, int]:
         """Device memory in use, for /health."""
@@ -262,6 +268,23 @@ class KokoroEngine(Engine):
         phonemes = self.g2p.phonemize(text, options.language)
         for tokens in self._token_windows(phonemes):
             yield self.backend.infer(tokens, voice[len(tokens) - 1], float(options.params.get("speed", 1.0)))
+
+    def stream_timed(
+        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0
+    ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
+        """`stream` with word timings: each piece of audio comes with the words that end in it, in seconds of the
+        response's audio given `offset`, where this chunk's audio starts in it."""
+        assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
+        g2p, language, vocab = self.g2p, options.language, self.backend.vocab
+        phonemes = g2p.phonemize(text, language)
+        tokens = "".join(p for p in phonemes if p in vocab)
+        spans = align_words(text, tokens, lambda word: g2p.phonemize(word, language))
+        clock = WordClock(spans, self.sample_rate, offset)
+        for window in self._token_windows(phonemes):
+            audio, durations = self.backend.infer_timed(
+                window, voice[len(window) - 1], float(options.params.get("speed", 1.0))
+            )
+            yield audio, clock.add(durations, audio)
 
     def _token_windows(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in windows of at most MAX_TOKENS, cut at the last space before the limit."""

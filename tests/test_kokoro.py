@@ -11,6 +11,7 @@ import pytest
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
 from errors import InvalidInput, NotFound
+from models.assemble import model_sum
 from normalize import normalize_english
 from text import resolve_language
 from voice_entry import VoiceEntry
@@ -45,7 +46,7 @@ def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
         "jf_alpha": "ja", "jm_kumo": "ja", "ef_dora": "es", "ff_siwis": "fr-fr", "zf_xiaobei": "zh"}  # fmt: skip
     assert {v.gender for v in fresh.builtin_voices() if v.name in ("af_heart", "am_adam")} == {"female", "male"}
     assert not fresh.loaded
-    assert fresh.checkpoint == "kokoro-82m-int8-onnx@6e742170d309016e"
+    assert fresh.checkpoint == f"kokoro-82m-int8-onnx@{model_sum(assembled_model)[:16]}"  # the file as written
 
 
 def test_english_speech_at_24khz(engine: KokoroEngine) -> None:
@@ -114,7 +115,7 @@ def test_backend_choice() -> None:
 def test_describe_names_backend_checkpoint_and_g2p(engine: KokoroEngine) -> None:
     described = engine.describe()
     assert described["backend"] == "onnx" and described["device"] == "cpu"
-    assert described["checkpoint"] == "kokoro-82m-int8-onnx@6e742170d309016e"
+    assert described["checkpoint"] == f"kokoro-82m-int8-onnx@{model_sum(engine.onnx_dir)[:16]}"
     assert described["g2p"]["english"] == "espeak"  # no spaCy model here
 
 
@@ -156,3 +157,14 @@ def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None
     assert spoken == "It cost one thousand two hundred thirty-four dollars and fifty-six cents on March third, twenty twenty-four."
     assert np.array_equal(audio(raw, True), audio(spoken, False))  # what the model hears is the normalized text
     assert not np.array_equal(audio(raw, False), audio(spoken, False))  # normalize: false leaves the text alone
+def test_inference_returns_each_tokens_frames(engine: KokoroEngine) -> None:
+    backend = engine.backend
+    assert backend is not None
+    tokens = next(engine._token_windows(engine.g2p.phonemize("Timed words.", ENGLISH.language)))  # type: ignore[union-attr]
+    style = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))[len(tokens) - 1]
+    audio, durations = backend.infer_timed(tokens, style, 1.0)
+    assert durations is not None and durations.dtype == np.int64 and durations.shape == (len(tokens) + 2,)
+    assert durations.min() >= 1 and durations.sum() * 600 == len(audio)  # 600 samples (25 ms) per frame
+    assert np.array_equal(backend.infer(tokens, style, 1.0), audio)
+    _, faster = backend.infer_timed(tokens, style, 2.0)  # speed is applied before rounding
+    assert faster.sum() < 0.7 * durations.sum()

@@ -57,6 +57,21 @@ def test_chunked_streaming_yields_audio_per_chunk(engine: KokoroEngine) -> None:
     assert all(np.isfinite(p).all() for p in pieces)
 
 
+def test_inference_returns_kmodels_predicted_durations(engine: KokoroEngine) -> None:
+    backend = engine.backend
+    assert backend is not None
+    tokens = [backend.vocab[p] for p in "hˈɛloʊ wˈɜːld."]
+    style = engine.prepare_voice(BuiltinVoice("af_tiny", "en-us", "kokoro"))[len(tokens) - 1]
+    audio, durations = backend.infer_timed(tokens, style, 1.0)
+    assert durations is not None and durations.dtype == np.int64 and durations.shape == (len(tokens) + 2,)
+    assert durations.min() >= 1 and durations.sum() * 600 == len(audio)
+    voice = engine.prepare_voice(BuiltinVoice("af_tiny", "en-us", "kokoro"))
+    pieces = list(engine.stream_timed("Hello there, world.", voice, ENGLISH, offset=1.0))
+    words = [word for _, timed in pieces for word in timed]
+    assert [w.word for w in words] == ["Hello", "there,", "world."]
+    assert all(1.0 <= w.start <= w.end <= 1.0 + len(pieces[0][0]) / 24_000 for w in words)
+
+
 def test_prepared_voices_and_blends_are_resolved_once(engine: KokoroEngine) -> None:
     a, b = (BuiltinVoice(n, "en-us", "kokoro") for n in ("af_tiny", "am_tiny"))
     blend = BlendVoice("af_tiny(0.75)+am_tiny(0.25)", "kokoro", ((a, 0.75), (b, 0.25)))

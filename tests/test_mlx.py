@@ -145,5 +145,9 @@ def test_kokoro_on_mlx_keeps_packs_and_blends(gpu: GpuThread, tiny_mlx_models: d
         audio = np.concatenate(collect(gpu, engine, "Hola.", blend, spanish))
         assert len(audio) > 1000 and np.isfinite(audio).all()
         assert str(engine.checkpoint).startswith("kokoro-mlx:")
+        tokens = [engine.backend.vocab[p] for p in "ˈola."]  # type: ignore[union-attr]
+        timed, durations = on(gpu, engine.backend.infer_timed, tokens, blend[len(tokens) - 1], 1.0)  # type: ignore[union-attr]
+        assert durations.dtype == np.int64 and durations.shape == (len(tokens) + 2,) and durations.min() >= 1
+        assert durations.sum() * 600 == len(timed)  # mlx-audio's pred_dur: 600 samples per frame, as on the others
     finally:
         on(gpu, engine.unload)
