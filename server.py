@@ -33,6 +33,7 @@ from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
 from engines.kokoro import KokoroEngine
 from engines.mlx_qwen import MlxQwenEngine
 from engines.mlx_voxcpm import MlxVoxCPMEngine
+from engines.qwen import QwenEngine
 from engines.voxcpm import VoxCPMEngine
 from errors import ClientDisconnected, Conflict, InvalidInput, Unauthorized
 from http_errors import install_error_handlers
@@ -105,7 +106,7 @@ def build_engines(settings: Settings) -> dict[str, Engine]:
             max_ref_seconds=settings.voxcpm_max_ref_seconds,
             max_tokens=settings.qwen_max_tokens,
             stream_interval=settings.stream_interval,
-            caps=EngineCaps(0, 300, 0, interleavable=False),
+            caps=EngineCaps(0, settings.qwen_max_chars, 0, interleavable=False),
         )
         engines |= {mlx_voxcpm.name: mlx_voxcpm, qwen.name: qwen}
     elif importlib.util.find_spec("voxcpm") is not None:
@@ -118,6 +119,17 @@ def build_engines(settings: Settings) -> dict[str, Engine]:
             caps=voxcpm_caps,
         )
         engines[voxcpm.name] = voxcpm
+    if not uses_mlx(settings.runtime) and settings.qwen_model and importlib.util.find_spec("qwen_tts") is not None:
+        torch_qwen = QwenEngine(
+            model=settings.qwen_model,
+            runtime=settings.runtime,
+            max_voices=settings.max_voices_mem,
+            max_ref_seconds=settings.voxcpm_max_ref_seconds,
+            max_tokens=settings.qwen_max_tokens,
+            stream_interval=settings.stream_interval,
+            caps=EngineCaps(0, settings.qwen_max_chars, 0, interleavable=False),
+        )
+        engines[torch_qwen.name] = torch_qwen
     return engines
 
 
@@ -138,6 +150,7 @@ def build_service(settings: Settings) -> Service:
                 if isinstance(exc, EngineLoadError):
                     raise
                 raise EngineLoadError(f"{engine.name} failed to load: {exc}") from exc
+            managed.footprint = engine.footprint  # measured by the load: what the manager reports
             if states[engine.name].status != "warming":  # a warm-up declares itself ready when it is done
                 states[engine.name] = EngineState("ready")
             metrics.load_seconds.labels(engine.name).observe(time.perf_counter() - started)
@@ -145,7 +158,8 @@ def build_service(settings: Settings) -> Service:
 
         default = engine.name == settings.default_engine
         policy = ResidencyPolicy[settings.default_residency] if default else ResidencyPolicy.UNPINNED
-        return ManagedUnit(engine.name, loader, lambda _: engine.unload(), engine.footprint, policy)
+        managed = ManagedUnit(engine.name, loader, lambda _: engine.unload(), engine.footprint, policy)
+        return managed
 
     manager = ModelManager([unit(e) for e in engines.values()], settings.idle_evict_seconds, coload=settings.coload)
     gpu = GpuThread()

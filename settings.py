@@ -106,10 +106,23 @@ class Settings(BaseSettings):
     They are also persisted under voices/<id>/prompts/<model-key>/."""
 
     qwen_max_tokens: int = Field(2048, ge=8, le=20_000)
-    """MLX runtime: bound on the audio frames (12.5 per second) of one Qwen3-TTS generation."""
+    """Bound on the audio frames (12.5 per second) of one Qwen3-TTS generation (MLX and PyTorch); on PyTorch it is
+    also the default and the ceiling of a request's `max_new_tokens`."""
 
     stream_interval: float = Field(0.5, gt=0, le=10)
-    """Seconds of audio per streamed piece for engines that stream inside one generation (Qwen3-TTS on MLX)."""
+    """Seconds of audio per streamed piece for engines that stream inside one generation (Qwen3-TTS)."""
+
+    # --- Qwen3-TTS on PyTorch (engines/qwen.py) ---------------------------------------------------------------------
+
+    qwen_model: str = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
+    """PyTorch runtimes (CUDA, MPS, CPU): Qwen3-TTS weights, a hub id (fetched into the hub cache when online) or a
+    local folder (`config.json`, `model.safetensors`, `generation_config.json`, tokenizer files, `speech_tokenizer/`).
+    A 12 Hz Base checkpoint (the ones that clone). Empty: this node serves no Qwen3-TTS on PyTorch; its voices are
+    stored and refused with a 422."""
+
+    qwen_max_chars: int = Field(300, ge=0)
+    """Cap on the characters of one Qwen3-TTS generation (MLX and PyTorch): longer text is cut along sentences and
+    the audio joined; 0 is unlimited."""
 
     kokoro_onnx_dir: Path | None = None
     """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.

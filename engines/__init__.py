@@ -17,6 +17,8 @@ class EngineFamily:
     """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
     accepts_packs: bool = False
     """Whether a voice can be registered from an uploaded style pack (`voice_pack`)."""
+    takes_seed: bool = False
+    """Whether a cloned voice may carry a tone seed (`seed_audio` and `seed_text`)."""
 
 
 FAMILIES: dict[str, EngineFamily] = {
@@ -29,6 +31,7 @@ FAMILIES: dict[str, EngineFamily] = {
         ),
         accepts_packs=True,
     ),
-    "voxcpm": EngineFamily("voxcpm", clones_from_clip=True),
+    "voxcpm": EngineFamily("voxcpm", clones_from_clip=True, takes_seed=True),
+    # Qwen3-TTS clones from the clip and its transcript (or the clip's speaker embedding) only.
     "qwen": EngineFamily("qwen", clones_from_clip=True),
 }

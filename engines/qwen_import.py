@@ -122,7 +122,10 @@ def _cache_passes_as_past_key_values() -> None:
         output = dataclasses.make_dataclass(name, fields, bases=(ModelOutput,))
         output.__module__ = qwen.__name__
         setattr(qwen, name, output)
-    for model in (qwen.Qwen3TTSTalkerForConditionalGeneration, qwen.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration):
+    for model in (
+        qwen.Qwen3TTSTalkerForConditionalGeneration,
+        qwen.Qwen3TTSTalkerCodePredictorModelForConditionalGeneration,
+    ):
         model.forward = _cache_as_past_key_values(model.forward)
 
 
