@@ -216,6 +216,12 @@ class VoiceRegistry:
         if reg.voice_pack is not None:
             return self._register_pack(reg)
         self._check_engine(reg.engine)
+        if (reg.seed_audio is not None or reg.seed_text) and not self.families[reg.engine].takes_seed:
+            raise InvalidInput(
+                f"engine {reg.engine!r} cannot take a tone seed (seed_audio, seed_text); register the voice from its "
+                "clip and transcript alone",
+                code="seed_not_supported",
+            )
         self._check_size("audio", reg.audio)
         if reg.seed_audio is not None:
             self._check_size("seed_audio", reg.seed_audio)

@@ -14,9 +14,10 @@ import logging
 import math
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Generic, TypeVar
 
 import numpy as np
 import soundfile as sf
@@ -29,6 +30,7 @@ log = logging.getLogger("polytts.artefacts")
 MAX_ARTEFACT_BYTES = 256 * 1024 * 1024
 
 _reported: set[tuple[str, int]] = set()
+Prepared = TypeVar("Prepared")
 
 
 def model_key(checkpoint: str) -> str:
@@ -155,3 +157,33 @@ def save_array(path: Path, array: np.ndarray) -> None:
             np.save(f, array, allow_pickle=False)
 
     write_atomically(path, write)
+
+
+class PreparedVoices(Generic[Prepared]):
+    """Prepared voices kept in memory, the `limit` most recently used (POLYTTS_MAX_VOICES_MEM); a voice that left is
+    prepared again when next used, from its artefacts on disk."""
+
+    def __init__(self, engine: str, limit: int, dropped: Callable[[Prepared], None] = lambda _: None) -> None:
+        self.engine = engine
+        self.limit = limit
+        self.dropped = dropped
+        """Told of each voice the bound pushes out, to release what the engine keeps for it elsewhere."""
+        self._voices: OrderedDict[str, Prepared] = OrderedDict()
+
+    def get(self, key: str, prepare: Callable[[], Prepared]) -> Prepared:
+        found = self._voices.get(key)
+        if found is None:
+            found = self._voices[key] = prepare()
+            while len(self._voices) > self.limit:
+                evicted, value = self._voices.popitem(last=False)
+                self.dropped(value)
+                log.info("%s: prepared voice %s dropped from memory (POLYTTS_MAX_VOICES_MEM)", self.engine, evicted)
+        self._voices.move_to_end(key)
+        return found
+
+    def clear(self) -> None:
+        """Forget every voice (the model they were prepared for is gone)."""
+        self._voices.clear()
+
+    def __len__(self) -> int:
+        return len(self._voices)

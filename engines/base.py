@@ -123,6 +123,8 @@ class EngineSpec:
     """Whether a voice can be registered from an uploaded style pack (`voice_pack`)."""
     accepts_instead: str = ""
     """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
+    takes_seed: bool = False
+    """Whether a cloned voice may carry a tone seed (`seed_audio` and `seed_text`)."""
 
     def param_defaults(self) -> dict[str, Param]:
         return self.params().model_dump()

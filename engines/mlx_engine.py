@@ -16,7 +16,6 @@ import logging
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from engines.artefacts import load_array, model_key, read_clip, save_array
+from engines.artefacts import PreparedVoices, load_array, model_key, read_clip, save_array
 from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
 from engines.hub import resolve_model_folder, weights_revision
 
@@ -98,13 +97,12 @@ class MlxEngine(Engine, Generic[Prepared]):
         self.max_ref_seconds = max_ref_seconds
         self.setting = setting
         self.cache_mb = cache_mb
-        self.max_voices = max_voices
         self.caps = caps
         self.model: object | None = None
         self.folder: Path | None = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
         self.owner = ThreadOwner(self.name)
         self._checkpoint: str | None = None
-        self._prepared: OrderedDict[str, Prepared] = OrderedDict()
+        self._prepared: PreparedVoices[Prepared] = PreparedVoices(self.name, max_voices, self.dropped)
         # Read on the GPU thread after each load, request and unload; /health shows this copy.
         self._memory: dict[str, int] = {}
         self._loaded_bytes = 0
@@ -173,17 +171,12 @@ class MlxEngine(Engine, Generic[Prepared]):
     def prepared(self, key: str, folder: Path, prepare: Callable[[Path], Prepared]) -> Prepared:
         """A voice's prepared artefacts: from memory (LRU), else `prepare(folder)`, which reads them from the per-model
         folder on disk when present and computes and writes them there otherwise."""
-        found = self._prepared.get(key)
-        if found is None:
+
+        def build() -> Prepared:
             self.owner.check()
-            found = prepare(folder / "prompts" / self.model_key)
-            self._prepared[key] = found
-            while len(self._prepared) > self.max_voices:
-                evicted, value = self._prepared.popitem(last=False)
-                self.dropped(value)
-                log.info("%s: prepared voice %s dropped from memory (POLYTTS_MAX_VOICES_MEM)", self.name, evicted)
-        self._prepared.move_to_end(key)
-        return found
+            return prepare(folder / "prompts" / self.model_key)
+
+        return self._prepared.get(key, build)
 
     def dropped(self, prepared: Prepared) -> None:
         """A prepared voice left memory: release what the engine keeps for it elsewhere."""

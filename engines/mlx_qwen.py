@@ -18,10 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from engines.artefacts import load_array, save_array
-from engines.base import EngineCaps, SynthesisOptions, VoiceRef
+from engines.base import EngineCaps, Param, SynthesisOptions, VoiceRef
 from engines.mlx_engine import MlxEngine, to_numpy
+from engines.qwen import QwenParams, check_frame_bound
 from engines.voxcpm import cloned_voice
+from errors import InvalidInput
 from text import Language
+
+
+MLX_FIXED = ("subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "non_streaming_mode")
+"""Qwen parameters mlx-audio's generate does not take."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +83,30 @@ class MlxQwenEngine(MlxEngine[QwenVoice]):
         if prepared.cache_key is not None and self.model is not None:
             self.model._icl_cache.pop(prepared.cache_key, None)  # type: ignore[attr-defined]
 
+    def check_params(self, params: dict[str, Param]) -> None:
+        """mlx-audio's Qwen3-TTS samples its residual codebooks with fixed settings and always streams the text in;
+        a request that asks otherwise is refused rather than ignored."""
+        defaults = QwenParams()
+        fixed = [name for name in MLX_FIXED if params[name] != getattr(defaults, name)]
+        if fixed:
+            raise InvalidInput(
+                f"{', '.join(fixed)}: not available for Qwen3-TTS on the MLX runtime", code="unsupported_parameter"
+            )
+        check_frame_bound(params, self.max_tokens)
+
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         assert isinstance(voice, QwenVoice) and self.model is not None
         self.owner.check()
+        params = options.params
         results = self.model.generate(  # type: ignore[attr-defined]
             text=text,
             ref_audio=voice.reference,
             ref_text=voice.ref_text,
-            max_tokens=self.max_tokens,
+            max_tokens=int(params["max_new_tokens"]) or self.max_tokens,
+            temperature=float(params["temperature"]),
+            top_k=int(params["top_k"]),
+            top_p=float(params["top_p"]),
+            repetition_penalty=float(params["repetition_penalty"]),
             lang_code="auto",
             stream=True,
             streaming_interval=self.stream_interval,

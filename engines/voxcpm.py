@@ -327,4 +327,6 @@ def build(settings: Settings) -> Engine | None:
     )
 
 
-SPEC = EngineSpec(family="voxcpm", clones_from_clip=True, params=VoxCPMParams, settings=VoxCPMSettings, build=build)
+SPEC = EngineSpec(
+    family="voxcpm", clones_from_clip=True, params=VoxCPMParams, settings=VoxCPMSettings, build=build, takes_seed=True
+)

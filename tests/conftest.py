@@ -50,6 +50,8 @@ class ServerProcess:
             "POLYTTS_VOICES_DIR": str(tmp / "voices"),
             "POLYTTS_CACHE_DIR": str(tmp / "cache"),
             "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
+            # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
+            "POLYTTS_QWEN_MODEL": "",
             "PYTHONUNBUFFERED": "1",
             **env,
         }
@@ -143,6 +145,14 @@ def tiny_voxcpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tiny_voxcpm import build_tiny_voxcpm
 
     return build_tiny_voxcpm(tmp_path_factory.mktemp("tiny-voxcpm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny randomly initialised Qwen3-TTS Base (24 kHz out), loadable by the package's own from_pretrained."""
+    from tiny_qwen_torch import build_tiny_qwen_torch
+
+    return build_tiny_qwen_torch(tmp_path_factory.mktemp("tiny-qwen-torch"))
 
 
 @pytest.fixture(scope="session")

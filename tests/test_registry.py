@@ -150,6 +150,14 @@ def test_x_vector_only_needs_no_ref_text(reg: VoiceRegistry) -> None:
     assert entry.voice_id == compute_voice_id(audio, "qwen", x_vector_only_mode=True)
 
 
+@pytest.mark.parametrize("seed", [{"seed_audio": make_audio(tweak=4), "seed_text": "calm"}, {"seed_text": "calm"}])
+def test_qwen_takes_no_tone_seed(reg: VoiceRegistry, root: Path, seed: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        reg.register(Registration(audio=make_audio(), engine="qwen", ref_text="hello", **seed))
+    assert exc.value.code == "seed_not_supported" and "qwen" in exc.value.message
+    assert os.listdir(root) == [] and len(reg) == 0
+
+
 def test_same_registration_twice_is_deduped_without_writing(reg: VoiceRegistry, root: Path) -> None:
     registration = Registration(audio=make_audio(), engine="voxcpm", ref_text="hello")
     first, created = reg.register(registration)
