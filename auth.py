@@ -7,6 +7,7 @@ name is the request's fairness key; a header cannot claim another identity. With
 
 from __future__ import annotations
 
+import base64
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from http_errors import error_response
 
 ANONYMOUS = "anonymous"
 MAX_FAIRNESS_KEY_CHARS = 64
+LIVE_SUBPROTOCOL = "polytts"
+"""The WebSocket subprotocol the live route accepts; a browser, which cannot set headers on a WebSocket, offers its
+key beside it as `bearer.<key in unpadded base64url>` (a subprotocol never appears in access logs, a query does)."""
+_KEY_SUBPROTOCOL = "bearer."
 
 
 @dataclass(frozen=True)
@@ -48,10 +53,13 @@ class ApiKeys:
                 found = Identity(name, admin)
         return found
 
-    def identify(self, headers: Headers) -> Identity:
-        """Who a request is, or Unauthorized/InvalidInput."""
+    def identify(self, headers: Headers, subprotocols: list[str] | None = None) -> Identity:
+        """Who a request is, or Unauthorized/InvalidInput; a WebSocket's key may come as a subprotocol."""
         if self:
             scheme, _, token = headers.get("authorization", "").partition(" ")
+            offered = [_subprotocol_key(p) for p in subprotocols or [] if p.startswith(_KEY_SUBPROTOCOL)]
+            if scheme.lower() != "bearer" and offered:
+                scheme, token = "bearer", offered[0]
             identity = self._lookup(token.strip()) if scheme.lower() == "bearer" else None
             if identity is None:
                 raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", code="unauthorized")
@@ -80,15 +88,27 @@ class Authenticate:
         return any(path == prefix or path.startswith(prefix + "/") for prefix in self.public)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         try:
-            identity: Identity | None = self.keys.identify(Headers(scope=scope))
+            identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"))
         except ServiceError as exc:
+            if scope["type"] == "websocket":  # refused before the handshake completes: the client sees a 403
+                await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
+                return
             if not self._is_public(scope["path"]):
                 await error_response(exc, self.retry_after, scope["path"])(scope, receive, send)
                 return
             identity = None
         scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+def _subprotocol_key(subprotocol: str) -> str:
+    """The key inside `bearer.<unpadded base64url>` ("" when it does not decode)."""
+    encoded = subprotocol.removeprefix(_KEY_SUBPROTOCOL)
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return ""

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.requests import HTTPConnection
 
 from auth import ANONYMOUS, Identity
 from errors import Forbidden
@@ -17,13 +18,13 @@ from service import Service
 from synthesis import RequestContext
 
 
-def get_service(request: Request) -> Service:
-    return request.app.state.service  # type: ignore[no-any-return]
+def get_service(connection: HTTPConnection) -> Service:
+    return connection.app.state.service  # type: ignore[no-any-return]
 
 
-def get_identity(request: Request) -> Identity | None:
+def get_identity(connection: HTTPConnection) -> Identity | None:
     """Who `auth.Authenticate` decided this request is (None on a public path asked without a valid key)."""
-    return request.state.identity  # type: ignore[no-any-return]
+    return connection.state.identity  # type: ignore[no-any-return]
 
 
 def get_principal(identity: Annotated[Identity | None, Depends(get_identity)]) -> str:

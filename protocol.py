@@ -12,31 +12,47 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from audio import AudioFormat
+from word_timings import CaptionFormat
 from engines import ENGINE_SPECS
 
 
-class SpeechFields(BaseModel):
-    """The fields of `POST /tts` and `POST /tts/stream` that every engine takes."""
+class VoiceFields(BaseModel):
+    """Who speaks and how: what every speech route takes besides its text (the engine's parameters are added from
+    the engine families)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(description="Text to speak. Longer than POLYTTS_MAX_TEXT_CHARS is a 413.")
     voice_id: str | None = Field(
         None,
         validation_alias=AliasChoices("voice_id", "voice"),
         description="A registered voice id, a built-in voice name or a Kokoro blend; the server default when omitted.",
     )
-    language: str | None = Field(None, description="ISO code, locale or English name, e.g. 'en', 'en-GB', 'Japanese'.")
+    language: str | None = Field(
+        None,
+        description="ISO code, locale or English name, e.g. 'en', 'en-GB', 'Japanese'; when omitted, the voice's own "
+        "(a Kokoro voice's from its name, a registered voice's from its registration), else American English.",
+    )
+
+
+class SpeechFields(VoiceFields):
+    """The fields of `POST /tts` and `POST /tts/stream` that every engine takes."""
+
+    text: str = Field(description="Text to speak. Longer than POLYTTS_MAX_TEXT_CHARS is a 413.")
     max_chars_per_gen: int | None = Field(
         None, ge=0, le=100_000, description="Cap on the characters of one generation; 0 is unlimited (engine default)."
     )
     max_sentences_per_gen: int | None = Field(
         None, ge=0, le=1_000, description="Cap on the sentences of one generation; 0 is unlimited (engine default)."
     )
-    format: AudioFormat | None = Field(
+    format: AudioFormat | CaptionFormat | None = Field(
         None,
         description="Audio format: wav (the default of /tts), pcm (raw s16le, the default of /tts/stream), mp3, opus "
-        "(Ogg), aac (ADTS) or flac.",
+        "(Ogg), aac (ADTS) or flac; on /tts also vtt or srt: captions timed by word (Kokoro voices).",
+    )
+    timestamps: bool = Field(
+        False,
+        description="/tts only (Kokoro voices): answer JSON with the audio (base64, in `format`) and `words`, each "
+        "{word, start, end} in seconds of the audio.",
     )
 
 
@@ -65,6 +81,35 @@ TTSRequest = create_model(  # type: ignore[call-overload]
     __doc__="Body of `POST /tts` and `POST /tts/stream`.",
     **_engine_fields(),
 )
+
+
+
+class LiveFields(VoiceFields):
+    """The options of a live request (`/tts/live`, `/tts/live/ws`): in the query string, or its first message."""
+
+    format: AudioFormat | None = Field(None, description="Audio format (raw s16le pcm by default), as on the speech routes.")
+
+
+LiveOptions = create_model(  # type: ignore[call-overload]
+    "LiveOptions",
+    __base__=LiveFields,
+    __doc__="The options of a live request: voice, language, format and the engine's parameters.",
+    **_engine_fields(),
+)
+
+
+class LiveMessage(BaseModel):
+    """One message of a live request: text to append, or a flush (speak what is pending now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = Field(None, max_length=65_536, description="Text to append.")
+    flush: bool = Field(False, description="Speak what is pending now, even an unfinished phrase.")
+    end: bool = Field(
+        False, description="The text is complete: the rest is spoken, then the request ends (the end of an HTTP body "
+        "says the same)."
+    )
+
 
 ENGINE_PARAMS: tuple[str, ...] = tuple(name for name in TTSRequest.model_fields if name not in SpeechFields.model_fields)
 """Request fields that are generation parameters of some engine family; another family's is a 422."""

@@ -144,6 +144,9 @@ class Job:
     """FairQueue clock time of the job's last step: how long it has waited since is what the engine switch bound
     measures."""
     started_at: float | None = None
+    ready: Callable[[], bool] | None = None
+    """For a job whose steps come as its input arrives (a live request): whether it has one to take now. A job
+    that has none is passed over: waiting for text holds no step of the GPU thread."""
     units_total: int | None = None
     """Steps the job will take, when known: the last one then also ends the job, without another turn."""
     units_done: int = 0
@@ -300,8 +303,10 @@ class FairQueue:
                         return job
             heads = [(key, state.jobs[0]) for key, state in self.keys.items() if state.jobs]
             ready = [
-                (key, job) for key, job in heads if job.cancelled.is_set() or job.buffered < self.policy.max_buffered_pieces
-            ]
+                (key, job) for key, job in heads
+                if job.cancelled.is_set()
+                or (job.buffered < self.policy.max_buffered_pieces and (job.ready is None or job.ready()))
+            ]  # fmt: skip
             if not ready:
                 return None
             on_resident = [(k, j) for k, j in ready if j.engine in resident or j.cancelled.is_set()]

@@ -64,23 +64,31 @@ class ChunkJoiner:
         self.threshold = threshold
         self.margin = max(1, round(margin_seconds * sample_rate))
         self.fade = max(1, min(round(fade_seconds * sample_rate), self.margin))
+        self.lead_trimmed = 0
+        """Samples cut from the start of the last chunk joined (its own leading silence): word timings of the
+        chunk's raw audio move this much earlier."""
 
     def join(self, pieces: Iterable[np.ndarray], pause: Pause, last: bool) -> Iterator[np.ndarray]:
         """The audio of one chunk, trimmed and faded, followed by the silence of `pause` (none after the `last`)."""
+        self.lead_trimmed = 0
         lead = _empty()  # while no audible sample has come: the quiet samples just before the onset
         held = _empty()  # after it: samples not yet sent (the current quiet run and the fade's samples)
         audible_in_held = 0  # how many of `held` precede the current quiet run
         started = False
+        quiet = 0  # samples seen before the onset
         for piece in pieces:
             samples = np.asarray(piece, dtype=np.float32).reshape(-1)
             audible = np.flatnonzero(np.abs(samples) >= self.threshold)
             if not started:
                 if not audible.size:
                     lead = np.concatenate([lead, samples])[-self.margin :]
+                    quiet += len(samples)
+                    self.lead_trimmed = quiet
                     continue
                 started = True
                 combined = np.concatenate([lead, samples])
                 start = max(0, len(lead) + int(audible[0]) - self.margin)
+                self.lead_trimmed = quiet - len(lead) + start
                 held = combined[start:].copy()  # a copy: the fade must not write into the engine's array
                 audible = audible + len(lead) - start
                 fade = min(self.fade, len(held))

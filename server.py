@@ -37,7 +37,7 @@ PUBLIC_PATHS = ("/", "/health", "/ready", "/metrics", "/docs", "/redoc", "/opena
 page asks for a key when the API answers 401)."""
 SPEECH_PATHS = ("/tts", "/v1/audio/speech")
 """Routes that log one line of their own per request, with its audio timings."""
-OWN_BODY_LIMITS = ("/voices", "/voices/bundle")
+OWN_BODY_LIMITS = ("/voices", "/voices/bundle", "/tts/live")
 """Routes that bound their bodies themselves, part by part as they arrive."""
 MAX_JSON_BODY_BYTES = 1024 * 1024
 

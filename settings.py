@@ -96,6 +96,12 @@ class ServiceSettings(EngineSettings):
     """Admin keys as JSON `{"<secret>": "<name>"}`: they work wherever an API key does, and only they may use the
     admin routes (/admin/..., /model/unload) once any key is configured; an ordinary key gets 403 there."""
 
+    live_flush_ms: int = Field(600, ge=50, le=60_000)
+    """Live requests: a partial phrase pending this long with no new text (the producer paused) is spoken anyway."""
+
+    live_idle_timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Live requests: one that sends no message for this long ends with `live_idle_timeout`."""
+
     public_inventory: bool = False
     """With keys configured, publish the voice inventory in the public (keyless) view of /health too, for a broker
     or balancer that places work by voice without a key."""

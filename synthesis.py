@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import unicodedata
@@ -28,11 +29,13 @@ from engines.base import Engine, Param, SynthesisOptions, VoiceRef
 from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
 from metrics import Metrics
 from pcm_cache import PcmCache
-from protocol import ENGINE_PARAMS, SpeechFields
+from live import LiveText
+from protocol import ENGINE_PARAMS, LiveOptions, SpeechFields, VoiceFields
 from scheduler import Job, JobCancelled, Scheduler
 from settings import Settings
 from seams import ChunkJoiner
-from text import Chunk, chunk_text, normalize_text, resolve_language
+from word_timings import Words, WordTiming
+from text import Chunk, PhraseSegmenter, chunk_text, normalize_text, resolve_language
 from voice_entry import VoiceEntry
 
 log = logging.getLogger("polytts.synthesis")
@@ -53,6 +56,14 @@ class Plan:
     options: SynthesisOptions
     cache_key: str | None
     """None while the engine's checkpoint is unknown: such a synthesis is neither served from nor put in a cache."""
+    timed: bool = False
+    """Word timings asked for: the engine times each word, and the synthesis does not come from a cache (which keeps
+    audio only)."""
+
+    @property
+    def chars(self) -> int:
+        """Characters of text (a live request's, as far as its phrases have been taken)."""
+        return len(self.text) or sum(len(chunk.text) for chunk in self.chunks)
 
 
 @dataclass
@@ -106,7 +117,7 @@ class Timings:
         ttfa, rtf, plan = self.time_to_first_audio, self.real_time_factor, self.plan
         return (
             f"{self.route} outcome={self.outcome} engine={plan.engine.name if plan else '-'} "
-            f"voice={plan.voice_key if plan else '-'} chars={len(plan.text) if plan else 0} "
+            f"voice={plan.voice_key if plan else '-'} chars={plan.chars if plan else 0} "
             f"chunks={len(plan.chunks) if plan else 0} cache={self.cache} queue={self.queue_wait:.3f}s "
             f"ttfa={f'{ttfa:.3f}s' if ttfa is not None else '-'} synth={self.synthesis:.3f}s total={self.total:.3f}s "
             f"audio={self.audio_seconds():.2f}s rtf={f'{rtf:.3f}' if rtf is not None else '-'}"
@@ -118,7 +129,7 @@ class Timings:
         if (ttfa := self.time_to_first_audio) is not None:
             parts.append(f"ttfa;dur={ttfa * 1000:.1f}")
         parts += [f"synth;dur={self.synthesis * 1000:.1f}", f"total;dur={self.total * 1000:.1f}"]
-        chars = len(self.plan.text) if self.plan else 0
+        chars = self.plan.chars if self.plan else 0
         parts += [f'chars;desc="{chars}"', f'audio;desc="{self.audio_seconds():.3f}"']
         if (rtf := self.real_time_factor) is not None:
             parts.append(f'rtf;desc="{rtf:.3f}"')
@@ -133,17 +144,32 @@ class Speech:
     """
 
     def __init__(self, service: SynthesisService, plan: Plan, timings: Timings, ctx: RequestContext,
-                 pcm: AsyncIterator[bytes]) -> None:  # fmt: skip
+                 items: AsyncIterator[bytes | Words], job: Job | None = None) -> None:  # fmt: skip
         self.service = service
+        self.job = job
+        """The synthesis's job (None for a cache hit)."""
         self.plan = plan
         self.timings = timings
         self.ctx = ctx
-        self._pcm = pcm
-        self._first = b""
+        self.words: list[WordTiming] = []
+        """Every word timed so far (requests with timings)."""
+        self._items = items
+        self._first: bytes | Words = b""
 
     async def _start(self) -> None:
         """Wait for the first audio, so that a failure to load or start is still an error status."""
-        self._first = await until_disconnected(self.ctx, anext(self._pcm, b""))
+        self._first = await until_disconnected(self.ctx, anext(self._items, b""))
+
+    async def events(self) -> AsyncIterator[bytes | Words]:
+        """PCM pieces and, after each chunk's audio, its word timings, as they are made; closing this early cancels
+        the synthesis before its next step."""
+        try:
+            if self._first:
+                yield self._first
+            async for item in self._items:
+                yield item
+        finally:
+            await self._items.aclose()
 
     def headers(self, fmt: AudioFormat) -> dict[str, str]:
         return {
@@ -155,28 +181,39 @@ class Speech:
             "X-Cache": self.timings.cache,
         }
 
-    async def pcm(self) -> AsyncIterator[bytes]:
-        """s16le PCM as it is generated; closing it early cancels the synthesis before its next step."""
-        try:
-            if self._first:
-                yield self._first
-            async for piece in self._pcm:
-                yield piece
-        finally:
-            await self._pcm.aclose()
+    def pcm(self) -> AsyncIterator[bytes]:
+        """s16le PCM as it is generated (word timings go to `words`); closing it early cancels the synthesis."""
+        return self._audio(self.events())
 
-    async def encoded(self, fmt: AudioFormat) -> AsyncIterator[bytes]:
-        """The audio in `fmt` as it is generated: one encoder for the response, fed each piece as it comes. Codecs
-        run on a worker thread a slice at a time, so encoding overlaps synthesis and never holds the event loop."""
+    def encoded(self, fmt: AudioFormat) -> AsyncIterator[bytes]:
+        """The audio in `fmt` as it is generated (see `encoded_events`; word timings go to `words`)."""
+        return self._audio(self.encoded_events(fmt))
+
+    async def _audio(self, items: AsyncIterator[bytes | Words]) -> AsyncIterator[bytes]:
+        async with contextlib.aclosing(items) as events:
+            async for item in events:
+                if isinstance(item, Words):
+                    self.words += item.words
+                else:
+                    yield item
+
+    async def encoded_events(self, fmt: AudioFormat) -> AsyncIterator[bytes | Words]:
+        """The audio in `fmt` as it is generated, and word timings after each chunk's audio: one encoder for the
+        response, fed each piece as it comes. Codecs run on a worker thread a slice at a time, so encoding overlaps
+        synthesis and never holds the event loop."""
         encoder = open_encoder(fmt, self.plan.engine.sample_rate)
         threaded = fmt not in ("pcm", "wav")  # these cost nothing
         try:
             if header := encoder.feed(b""):  # a container's header leaves at once
                 yield header
-            async for pcm in self.pcm():
-                slices = encoder.feed_sliced(pcm)
-                while (out := await asyncio.to_thread(next, slices, None) if threaded else next(slices, None)):
-                    yield out
+            async with contextlib.aclosing(self.events()) as events:
+                async for item in events:
+                    if isinstance(item, Words):
+                        yield item
+                        continue
+                    slices = encoder.feed_sliced(item)
+                    while (out := await asyncio.to_thread(next, slices, None) if threaded else next(slices, None)):
+                        yield out
             if tail := encoder.finish():
                 yield tail
         finally:
@@ -223,6 +260,37 @@ MIN_CHARS_PER_GEN = 20
 """Floor of a request's own cap on one generation: a smaller cap multiplies the work (one generation per word)."""
 
 
+class Voicing:
+    """How one request's chunks become its audio, on the GPU thread: each chunk's stream through the seam joiner
+    (its own silence trimmed, a pause that fits its punctuation) and, when asked, its words timed in response time."""
+
+    def __init__(self, engine: Engine, options: SynthesisOptions, timed: bool) -> None:
+        self.engine = engine
+        self.options = options
+        self.timed = timed
+        self.joiner = ChunkJoiner(engine.sample_rate)
+        self.position = 0
+        """Samples of the response so far."""
+
+    def chunk(self, chunk: Chunk, handle: object, last: bool) -> Iterator[np.ndarray | Words]:
+        start, words = self.position, []
+
+        def timed_audio() -> Iterator[np.ndarray]:
+            for audio, found in self.engine.stream_timed(chunk.text, handle, self.options):
+                words.extend(found)
+                yield audio
+
+        pieces = timed_audio() if self.timed else self.engine.stream(chunk.text, handle, self.options)
+        for piece in self.joiner.join(pieces, chunk.pause, last):
+            self.position += len(piece)
+            yield piece
+        if self.timed:
+            rate = self.engine.sample_rate
+            # The joiner cut the chunk's own leading silence: its words move that much earlier.
+            shift, low, high = (start - self.joiner.lead_trimmed) / rate, start / rate, self.position / rate
+            yield Words([word.shifted(shift).clamped(low, high) for word in words])
+
+
 class SynthesisService:
     def __init__(
         self,
@@ -249,7 +317,7 @@ class SynthesisService:
 
     # -- the lifecycle ---------------------------------------------------------------------------------------------
 
-    async def speak(self, request: SpeechFields, ctx: RequestContext) -> Speech:
+    async def speak(self, request: SpeechFields, ctx: RequestContext, timed: bool = False) -> Speech:
         """Plan the request, then serve it from the caches or admit it and wait for its first audio.
 
         Raises the ServiceError a client should see (404, 413, 422, 429, 503, ...), logged and counted as the
@@ -259,18 +327,38 @@ class SynthesisService:
         try:
             if self.draining:
                 raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
-            plan = timings.plan = await self.plan(request, ctx.engine)
-            cached = await self.cached_pcm(plan)
+            plan = timings.plan = await self.plan(request, ctx.engine, timed)
+            cached = None if plan.timed else await self.cached_pcm(plan)
             if cached is not None:
                 timings.cache = "hit"
                 speech = Speech(self, plan, timings, ctx, self._cached_stream(timings, cached))
             else:
                 job = self.submit(plan, ctx)
-                speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings))
+                speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings), job)
             timings.in_flight = True
             self.in_flight += 1
             await speech._start()
             return speech
+        except ServiceError as exc:
+            self.finish(timings, exc.code)
+            raise
+
+    async def speak_live(self, request: LiveOptions, ctx: RequestContext, timed: bool | None) -> tuple[Speech, LiveText]:
+        """Admit a live request: its voice planned now, its phrases spoken as its text (the LiveText returned) gets
+        them; never cached."""
+        timings = Timings(ctx.route)
+        try:
+            if self.draining:
+                raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
+            plan = await self.plan_voice(request, ctx.engine, timed)
+            first, cap, _ = self.caps(plan.engine, None, None)
+            text = LiveText(PhraseSegmenter(first, cap), self.settings.max_text_chars, self.scheduler.gpu.wake)
+            plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
+            job = self.submit(plan, ctx, text)
+            speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings), job)
+            timings.in_flight = True
+            self.in_flight += 1
+            return speech, text
         except ServiceError as exc:
             self.finish(timings, exc.code)
             raise
@@ -298,7 +386,7 @@ class SynthesisService:
 
     # -- planning --------------------------------------------------------------------------------------------------
 
-    async def plan(self, request: SpeechFields, engine_name: str | None = None) -> Plan:
+    async def plan(self, request: SpeechFields, engine_name: str | None = None, timed: bool = False) -> Plan:
         text = normalize_text(_speakable(request.text))
         if not any(unicodedata.category(char)[0] in "LNS" for char in text):
             raise InvalidInput("text is empty: it holds nothing to speak", code="empty_text")
@@ -306,6 +394,29 @@ class SynthesisService:
             raise PayloadTooLarge(
                 f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
+        plan = await self.plan_voice(request, engine_name, timed)
+        chunks = self.chunks(plan.engine, text, request)
+        # A registered voice replaced under the same id must not hit audio cached for its old transcript.
+        voice = plan.voice
+        cache_voice = f"{plan.voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else plan.voice_key
+        checkpoint = plan.engine.checkpoint
+        key = (
+            synthesis_key(
+                text=text,
+                voice_id=cache_voice,
+                engine=plan.engine.name,
+                checkpoint=checkpoint,
+                # Where the text is cut into generations, and the pauses between them, change the audio too.
+                params={**plan.options.cache_params(), "chunks": [[len(chunk.text), chunk.pause] for chunk in chunks]},
+            )
+            if checkpoint is not None
+            else None
+        )
+        return dataclasses.replace(plan, text=text, chunks=chunks, cache_key=key)
+
+    async def plan_voice(self, request: VoiceFields, engine_name: str | None = None, timed: bool | None = False) -> Plan:
+        """Everything but the text: the voice, its engine (ready), the language and the engine's parameters. A live
+        request plans this much before its text arrives. `timed` None: word timings where the engine has them."""
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
             self.pool.engine_for(self.settings.default_engine)
         voice = await self.catalog.resolve(request.voice_id)
@@ -316,30 +427,21 @@ class SynthesisService:
                 detail={"param": "voice"},
             )
         engine = self.pool.engine_for(voice.engine)
+        if timed is None:
+            timed = engine.word_timings
+        if timed and not engine.word_timings:
+            raise InvalidInput(
+                f"engine {engine.name!r} cannot tell when each word is spoken; word timings come from Kokoro voices",
+                code="timestamps_unsupported",
+            )
         language = resolve_language(request.language or self.catalog.language_of(voice))
         engine.check_language(language)
         options = SynthesisOptions(language=language, params=self.engine_params(engine, request))
         voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
-        chunks = self.chunks(engine, text, request)
-        # A registered voice replaced under the same id must not hit audio cached for its old transcript.
-        cache_voice = f"{voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else voice_key
-        checkpoint = engine.checkpoint
-        key = (
-            synthesis_key(
-                text=text,
-                voice_id=cache_voice,
-                engine=engine.name,
-                checkpoint=checkpoint,
-                # Where the text is cut into generations, and the pauses between them, change the audio too.
-                params={**options.cache_params(), "chunks": [[len(chunk.text), chunk.pause] for chunk in chunks]},
-            )
-            if checkpoint is not None
-            else None
-        )
-        return Plan(engine, voice, voice_key, text, chunks, options, key)
+        return Plan(engine, voice, voice_key, "", [], options, None, timed)
 
     @staticmethod
-    def engine_params(engine: Engine, request: SpeechFields) -> dict[str, Param]:
+    def engine_params(engine: Engine, request: VoiceFields) -> dict[str, Param]:
         """The engine family's generation parameters: its defaults, overridden by what the request gave."""
         given = {name: value for name in ENGINE_PARAMS if (value := getattr(request, name, None)) is not None}
         spec = FAMILIES[engine.name]
@@ -357,22 +459,27 @@ class SynthesisService:
         engine.check_params(params)
         return params
 
-    @staticmethod
-    def chunks(engine: Engine, text: str, request: SpeechFields) -> list[Chunk]:
+    @classmethod
+    def chunks(cls, engine: Engine, text: str, request: SpeechFields) -> list[Chunk]:
         """Text split by the engine's caps per generation, or the request's own (0 meaning unlimited)."""
+        return chunk_text(text, *cls.caps(engine, request.max_chars_per_gen, request.max_sentences_per_gen))
+
+    @staticmethod
+    def caps(engine: Engine, max_chars_per_gen: int | None, max_sentences_per_gen: int | None) -> tuple[int, int, int]:
+        """(first chunk, every chunk, sentences per chunk) caps: the engine's, or the request's own (0 unlimited)."""
         caps = engine.caps
-        max_chars = caps.max_chunk_chars if request.max_chars_per_gen is None else request.max_chars_per_gen
+        max_chars = caps.max_chunk_chars if max_chars_per_gen is None else max_chars_per_gen
         if 0 < max_chars < MIN_CHARS_PER_GEN:
             raise InvalidInput(
                 f"max_chars_per_gen must be 0 (unlimited) or at least {MIN_CHARS_PER_GEN}; a smaller cap multiplies "
                 "the work without making the first audio earlier",
                 code="invalid_input",
             )
-        max_sentences = caps.max_sentences if request.max_sentences_per_gen is None else request.max_sentences_per_gen
+        max_sentences = caps.max_sentences if max_sentences_per_gen is None else max_sentences_per_gen
         first = caps.first_chunk_chars or max_chars
         if max_chars:
             first = min(first, max_chars) if first else max_chars
-        return chunk_text(text, first, max_chars, max_sentences)
+        return first, max_chars, max_sentences
 
     # -- caches ----------------------------------------------------------------------------------------------------
 
@@ -412,21 +519,23 @@ class SynthesisService:
 
     # -- generation ------------------------------------------------------------------------------------------------
 
-    def submit(self, plan: Plan, ctx: RequestContext) -> Job:
+    def submit(self, plan: Plan, ctx: RequestContext, live: LiveText | None = None) -> Job:
         """Admit the synthesis (or raise Busy); its steps, one chunk each, run on the GPU thread, interleaved fairly
-        with other requests' steps."""
+        with other requests' steps. A live request's chunks come from `live` as its text arrives."""
         engine = plan.engine
         manager = self.pool.manager
+        planned = iter((chunk, index == len(plan.chunks) - 1) for index, chunk in enumerate(plan.chunks))
+        take = live.take if live is not None else lambda: next(planned, None)
 
-        def steps() -> Iterator[Iterator[np.ndarray]]:
-            joiner = ChunkJoiner(engine.sample_rate)  # trims each chunk's own silence; pauses fit the punctuation
+        def steps() -> Iterator[Iterator[np.ndarray | Words]]:
+            voice = Voicing(engine, plan.options, plan.timed)
             try:
-                for index, chunk in enumerate(plan.chunks):
+                while (taken := take()) is not None:
+                    chunk, last = taken
                     # Another request may have switched engines between two steps: load again if so.
                     self.pool.ensure(engine.name)
                     handle = engine.prepare_voice(plan.voice)  # cached by the engine after the first time
-                    pieces = engine.stream(chunk.text, handle, plan.options)
-                    yield joiner.join(pieces, chunk.pause, last=index == len(plan.chunks) - 1)
+                    yield voice.chunk(chunk, handle, last)
                     manager.touch(engine.name)
             finally:
                 engine.release()
@@ -439,16 +548,21 @@ class SynthesisService:
             loop=asyncio.get_running_loop(),
             key=ctx.principal,
             deadline=time.monotonic() + timeout if timeout else None,
-            units_total=len(plan.chunks),
+            units_total=None if live is not None else len(plan.chunks),
+            ready=live.ready if live is not None else None,
         )
         return self.scheduler.submit(job)
 
-    async def _generated(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes]:
-        """s16le PCM pieces as the GPU thread produces them; cached whole only when the synthesis completed."""
+    async def _generated(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes | Words]:
+        """s16le PCM pieces (and word timings) as the GPU thread produces them; the audio is cached whole only when
+        the synthesis completed."""
         pieces: list[bytes] = []
         outcome = "cancelled"
         try:
             async for samples in job.pieces():
+                if isinstance(samples, Words):
+                    yield samples
+                    continue
                 pcm = to_pcm16(samples)
                 if timings.first_audio is None:
                     timings.first_audio = time.perf_counter()

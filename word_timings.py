@@ -51,6 +51,18 @@ class WordTiming:
     def shifted(self, seconds: float) -> WordTiming:
         return WordTiming(self.word, self.start + seconds, self.end + seconds)
 
+    def clamped(self, low: float, high: float) -> WordTiming:
+        """Kept inside [low, high] (the audio a chunk's words belong to)."""
+        start = min(max(self.start, low), high)
+        return WordTiming(self.word, start, min(max(self.end, start), high))
+
+
+@dataclass(frozen=True)
+class Words:
+    """The timings of the words of one chunk, in seconds of the response's audio; they follow that chunk's audio."""
+
+    words: list[WordTiming]
+
 
 @dataclass(frozen=True)
 class WordSpan:

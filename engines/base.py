@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from errors import Unavailable
 from text import Language
 from voice_entry import VoiceEntry
+from word_timings import WordTiming
 
 if TYPE_CHECKING:
     from settings import Settings
@@ -177,6 +178,16 @@ class Engine(ABC):
     @abstractmethod
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         """Float32 mono audio for one text chunk, in pieces as they are produced."""
+
+    word_timings = False
+    """Whether `stream_timed` can tell when each word is spoken."""
+
+    def stream_timed(
+        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0
+    ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
+        """`stream` with the words that end in each piece, in seconds of the response's audio (`offset`: where this
+        chunk starts in it). Only engines with `word_timings`."""
+        raise NotImplementedError(f"{self.name} cannot time words")
 
     def release(self) -> None:
         """Called on the GPU thread when a request ends, however it ends: give back what it held (MLX: the

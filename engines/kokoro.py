@@ -261,30 +261,36 @@ class KokoroEngine(Engine):
             raise InvalidInput(f"voice {voice.voice_id} is a {voice.engine} voice, not a Kokoro pack", code="wrong_engine")
         return read_stored_pack(voice.pack_path, voice.voice_id)
 
+    word_timings = True
+
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
-        assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
-        if options.params.get("normalize", True) and options.language.code in ENGLISH:
-            text = normalize_english(text)
-        phonemes = self.g2p.phonemize(text, options.language)
-        for tokens in self._token_windows(phonemes):
-            yield self.backend.infer(tokens, voice[len(tokens) - 1], float(options.params.get("speed", 1.0)))
+        for audio, _ in self._spoken(text, voice, options, timed=False):
+            yield audio
 
     def stream_timed(
         self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0
     ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
         """`stream` with word timings: each piece of audio comes with the words that end in it, in seconds of the
         response's audio given `offset`, where this chunk's audio starts in it."""
+        return self._spoken(text, voice, options, timed=True, offset=offset)
+
+    def _spoken(
+        self, text: str, voice: object, options: SynthesisOptions, timed: bool, offset: float = 0.0
+    ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
         assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
-        g2p, language, vocab = self.g2p, options.language, self.backend.vocab
-        phonemes = g2p.phonemize(text, language)
-        tokens = "".join(p for p in phonemes if p in vocab)
-        spans = align_words(text, tokens, lambda word: g2p.phonemize(word, language))
-        clock = WordClock(spans, self.sample_rate, offset)
+        g2p, language, backend = self.g2p, options.language, self.backend
+        normalized = bool(options.params.get("normalize", True)) and language.code in ENGLISH
+        read = normalize_english if normalized else str
+        phonemes = g2p.phonemize(read(text), language)
+        clock = None
+        if timed:  # words as written, each read as the model reads it ("$4.50" spans all it is spoken as)
+            tokens = "".join(p for p in phonemes if p in backend.vocab)
+            spans = align_words(text, tokens, lambda word: g2p.phonemize(read(word), language))
+            clock = WordClock(spans, self.sample_rate, offset)
+        speed = float(options.params.get("speed", 1.0))
         for window in self._token_windows(phonemes):
-            audio, durations = self.backend.infer_timed(
-                window, voice[len(window) - 1], float(options.params.get("speed", 1.0))
-            )
-            yield audio, clock.add(durations, audio)
+            audio, durations = backend.infer_timed(window, voice[len(window) - 1], speed)
+            yield audio, clock.add(durations, audio) if clock is not None else []
 
     def _token_windows(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in windows of at most MAX_TOKENS, cut at the last space before the limit."""

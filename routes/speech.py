@@ -3,14 +3,25 @@ s16le PCM by default)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import Response, StreamingResponse
+from fastapi import APIRouter, Request, WebSocket
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from audio import MEDIA_TYPES
-from dependencies import ServiceDep, SpeechContext, SpeechRoute
+from auth import ANONYMOUS, LIVE_SUBPROTOCOL
+from dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute
+from errors import InvalidInput
+from live import json_objects, open_session, serve_websocket
 from protocol import TTSRequest
+from synthesis import RequestContext
+from word_timings import captions
+
+CAPTION_MEDIA_TYPES = {"vtt": "text/vtt; charset=utf-8", "srt": "application/x-subrip; charset=utf-8"}
 
 router = APIRouter(route_class=SpeechRoute, tags=["speech"])
 
@@ -18,15 +29,27 @@ router = APIRouter(route_class=SpeechRoute, tags=["speech"])
 @router.post("/tts", response_class=Response)
 async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Response:  # type: ignore[valid-type]
     fmt = body.format or "wav"
-    speech = await service.synthesis.speak(body, ctx)
-    audio = await speech.read(fmt)
+    captioned = fmt in CAPTION_MEDIA_TYPES
+    speech = await service.synthesis.speak(body, ctx, timed=body.timestamps or captioned)
+    audio = await speech.read("pcm" if captioned else fmt)
+    if captioned:
+        headers = {"X-Engine": speech.plan.engine.name, "Server-Timing": speech.timings.server_timing()}
+        return Response(captions(speech.words, fmt), media_type=CAPTION_MEDIA_TYPES[fmt], headers=headers)
     headers = {**speech.headers(fmt), "Server-Timing": speech.timings.server_timing()}
+    if body.timestamps:
+        words = [word.public() for word in speech.words]
+        content = {"audio": base64.b64encode(audio).decode(), "format": fmt, "sample_rate": speech.plan.engine.sample_rate,
+                   "words": words}  # fmt: skip
+        return JSONResponse(content, headers=headers)
     return Response(audio, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 @router.post("/tts/stream", response_class=StreamingResponse)
 async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> StreamingResponse:  # type: ignore[valid-type]
     fmt = body.format or "pcm"
+    if fmt in CAPTION_MEDIA_TYPES or body.timestamps:
+        raise InvalidInput("word timings come with POST /tts or the live WebSocket, not a raw stream",
+                           code="timestamps_unsupported")  # fmt: skip
     speech = await service.synthesis.speak(body, ctx)
     return StreamingResponse(speech.encoded(fmt), media_type=MEDIA_TYPES[fmt], headers=speech.headers(fmt))
 
@@ -35,3 +58,43 @@ async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) 
 async def engines(service: ServiceDep) -> dict[str, Any]:
     """Each engine this node runs, with the JSON schema of its per-request parameters (ranges and defaults)."""
     return {"engines": service.engine_descriptions()}
+
+
+class DuplexStreamingResponse(StreamingResponse):
+    """A streamed response sent while its request body is still being read: unlike StreamingResponse it does not
+    read the connection itself to notice a disconnect (that would swallow the body); the body's reader does."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.stream_response(send)
+
+
+@router.api_route("/tts/live", methods=["POST", "PUT"], response_class=DuplexStreamingResponse)  # PUT: curl -T -
+async def tts_live(request: Request, service: ServiceDep, principal: Principal) -> Response:
+    """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
+    complete; options in the query string or the first message."""
+    ctx = RequestContext(route="tts/live", principal=principal)
+    session = await open_session(service.synthesis, ctx, dict(request.query_params),
+                                 json_objects(request.stream()), timed=False)  # fmt: skip
+    fmt = session.options.format or "pcm"
+
+    async def body() -> AsyncIterator[bytes]:
+        watcher = asyncio.create_task(session.cancel_when_gone(request.receive))
+        try:
+            async for chunk in session.speech.encoded(fmt):
+                yield chunk
+        finally:
+            watcher.cancel()
+            await session.close()
+
+    return DuplexStreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=session.speech.headers(fmt))
+
+
+@router.websocket("/tts/live/ws")
+async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
+    """The live route for browsers and agents: JSON messages in; binary audio frames and JSON events out (`words`,
+    `done`, `error`). The API key comes as the subprotocol `bearer.<base64url key>` (or an Authorization header)."""
+    offered = websocket.scope.get("subprotocols", [])
+    await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
+    identity = websocket.state.identity
+    ctx = RequestContext(route="tts/live/ws", principal=identity.principal if identity else ANONYMOUS)
+    await serve_websocket(websocket, service.synthesis, ctx)

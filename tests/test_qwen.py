@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
@@ -16,7 +17,6 @@ from safetensors.torch import load_file
 from test_mlx import on, register
 
 from conftest import wav_clip
-from engines import EngineFamily
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
 from engines.mlx_qwen import MlxQwenEngine
 from engines.qwen import SPEC as QWEN
@@ -184,7 +184,7 @@ def test_prepared_voices_are_bounded_in_memory_and_reused_after_a_restart(
 
 def test_a_seeded_voice_folder_from_elsewhere_is_cloned_from_its_clip(engine: QwenEngine, tmp_path: Path) -> None:
     """The registry refuses a tone seed for `qwen`; a voice folder written before that rule still serves."""
-    lenient = VoiceRegistry(tmp_path / "voices", families={"qwen": EngineFamily("qwen", True, takes_seed=True)})
+    lenient = VoiceRegistry(tmp_path / "voices", families={"qwen": dataclasses.replace(QWEN, takes_seed=True)})
     seeded = register(lenient, "qwen", seed_audio=wav_clip(1.0, 560), seed_text="calm")
     assert seeded.seed_path is not None
     prepared = engine.prepare_voice(seeded)
