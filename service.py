@@ -133,6 +133,7 @@ class Service:
                 "state": self.pool.states[name].status,
                 "sample_rate": engine.sample_rate,
                 "clone": FAMILIES[name].clones_from_clip,
+                "packs": FAMILIES[name].accepts_packs,
                 "live": True,
                 "parameters": FAMILIES[name].params.model_json_schema(),
             }

@@ -501,8 +501,8 @@ function base64url(text) {
   return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
-// The live WebSocket: request options in the query, the text and a flush as JSON, audio back as binary s16le
-// frames and JSON events (words, done, error). A browser cannot set Authorization on a WebSocket, so the key goes
+// The live WebSocket: request options in the query, the text and then the end of the text as JSON, audio back as
+// binary s16le frames and JSON events (start, words, done, error). A browser cannot set Authorization on a WebSocket, so the key goes
 // as a subprotocol `bearer.<base64url(key)>` next to `polytts`.
 function streamLive(body, receive, signal) {
   const { text, ...options } = body;
@@ -523,7 +523,7 @@ function streamLive(body, receive, signal) {
     signal.addEventListener("abort", () => fail(new DOMException("stopped", "AbortError")));
     socket.onopen = () => {
       socket.send(JSON.stringify({ text }));
-      socket.send(JSON.stringify({ flush: true }));
+      socket.send(JSON.stringify({ end: true }));
     };
     socket.onmessage = ({ data }) => {
       if (typeof data !== "string") {

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 from audio import MEDIA_TYPES
 from auth import ANONYMOUS, LIVE_SUBPROTOCOL
 from dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute
-from errors import InvalidInput
+from errors import InvalidInput, ServiceError
 from live import json_objects, open_session, serve_websocket
 from protocol import TTSRequest
 from synthesis import RequestContext
@@ -82,6 +82,11 @@ async def tts_live(request: Request, service: ServiceDep, principal: Principal) 
         try:
             async for chunk in session.speech.encoded(fmt):
                 yield chunk
+        except ServiceError:
+            # The client left, or one of its messages was wrong (logged): raw audio has no way to say more, so the
+            # answer ends with what was spoken. A failure of the server's own is raised, and cuts the connection.
+            if not (watcher.done() or session.failure):
+                raise
         finally:
             watcher.cancel()
             await session.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import shutil
 import socket
@@ -471,3 +472,35 @@ def test_concurrent_streams_all_complete(client: httpx.Client) -> None:
     for thread in threads:
         thread.join()
     assert results == {0: 200, 1: 200, 2: 200}
+
+
+# --- word timings ---------------------------------------------------------------------------------------------
+
+
+def test_tts_with_timestamps_returns_audio_and_every_word(client: httpx.Client) -> None:
+    text = "Dr. Smith paid $3.50 for two coffees, then left."
+    answer = client.post("/tts", json={"text": text, "timestamps": True, "format": "wav"})
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    body = answer.json()
+    samples, rate = decode_wav(base64.b64decode(body["audio"]))
+    assert body["format"] == "wav" and body["sample_rate"] == rate == 24_000
+    words = body["words"]
+    assert [w["word"] for w in words] == text.split()
+    assert all(0 <= w["start"] < w["end"] <= len(samples) / rate + 1e-3 for w in words)
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+
+
+@pytest.mark.parametrize(("fmt", "media", "first_line"), [("vtt", "text/vtt", "WEBVTT"), ("srt", "application/x-subrip", "1")])
+def test_tts_captions(client: httpx.Client, fmt: str, media: str, first_line: str) -> None:
+    answer = client.post("/tts", json={"text": "Captions follow the words. They come in cues.", "format": fmt})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith(media)
+    assert answer.text.splitlines()[0] == first_line and "-->" in answer.text and "Captions" in answer.text
+
+
+def test_timestamps_where_no_engine_can_time_words(client: httpx.Client) -> None:
+    refused = client.post("/tts/stream", json={"text": "hi", "timestamps": True})
+    assert refused.status_code == 422 and refused.json()["code"] == "timestamps_unsupported"
+    voice = client.post("/voices", files={"audio": ("r.wav", wav_clip(1.3, 410), "audio/wav")},
+                        data={"engine": "voxcpm", "ref_text": "a reference"}).json()["voice_id"]  # fmt: skip
+    answer = client.post("/tts", json={"text": "hi", "voice_id": voice, "timestamps": True})
+    assert answer.status_code == 422 and answer.json()["code"] == "timestamps_unsupported"
