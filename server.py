@@ -412,7 +412,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             timings.audio_bytes = len(wav) - 44
             service.finish(timings, "ok")
         else:
-            job = service.submit(plan, key)
+            job = service.submit(plan, key, client=request.client.host if request.client else None)
 
             async def collect() -> bytes:
                 return b"".join([pcm async for pcm in service.pcm_stream(plan, job, timings)])
@@ -436,7 +436,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             service.finish(timings, "ok")
             slices = (cached[i : i + STREAM_SLICE] for i in range(0, len(cached), STREAM_SLICE))
             return StreamingResponse(slices, media_type="application/octet-stream", headers=_headers(plan, "hit"))
-        job = service.submit(plan, key)
+        job = service.submit(plan, key, streaming=True, client=request.client.host if request.client else None)
         pieces = service.pcm_stream(plan, job, timings)
         # The first piece is awaited here so that a failure to load or start is a proper error status.
         first = await _until_disconnect(request, anext(pieces, b""))

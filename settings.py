@@ -163,6 +163,36 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(600.0, ge=0)
     """A synthesis still running after this long is dropped before its next step (504); 0 means no limit."""
 
+    # --- real-time streams and slow readers (scheduler.FairnessPolicy) ---
+    stream_gpu_share: float = Field(0.8, gt=0, le=1)
+    """Admission keeps streams in real time with this share of the GPU thread, measured from the engine's speed:
+    a stream that would make an admitted one run dry is a 429 `stream_capacity_full` with `Retry-After` from the
+    backlog. The rest absorbs misestimates and whole-file work."""
+
+    stream_max_start_wait_s: float = Field(5.0, gt=0)
+    """A new stream whose first step would start this long after the step under way, behind other streams' first
+    steps, is a 429 `stream_capacity_full`."""
+
+    slow_reader_lag_s: float = Field(10.0, gt=0)
+    """A streamed response whose reader is this far behind real time (audio waiting for it) stops holding an
+    admission slot; it gets its next step once it has taken what waits."""
+
+    reader_idle_limit_s: float = Field(60.0, gt=0)
+    """A response whose reader took no audio for this long while audio waited is dropped (logged); its waiting
+    audio is freed."""
+
+    max_client_share: float = Field(0.5, gt=0, le=1)
+    """Share of POLYTTS_MAX_INFLIGHT one client address may hold (at least one); more is a 429
+    `client_queue_full`. Behind a proxy every client has the proxy's address: raise it to 1 there."""
+
+    max_tracked_keys: int = Field(256, ge=1)
+    """Idle fairness keys whose used GPU time is remembered; beyond it the longest idle are forgotten. Rejected
+    requests never create a key's state."""
+
+    max_key_labels: int = Field(32, ge=1)
+    """Fairness keys listed one by one in /health, /admin/scheduler and /metrics (busiest first); the rest are
+    summed under the key `(other)`."""
+
     retry_after_seconds: float = Field(2.0, gt=0)
     """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
 
@@ -206,6 +236,13 @@ class Settings(BaseSettings):
             max_inflight=self.max_inflight,
             max_queued_chars=self.max_queued_chars,
             retry_after=self.retry_after_seconds,
+            stream_gpu_share=self.stream_gpu_share,
+            stream_max_start_wait_s=self.stream_max_start_wait_s,
+            slow_reader_lag_s=self.slow_reader_lag_s,
+            reader_idle_limit_s=self.reader_idle_limit_s,
+            max_client_share=self.max_client_share,
+            max_tracked_keys=self.max_tracked_keys,
+            max_key_labels=self.max_key_labels,
         )
 
     @property

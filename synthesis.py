@@ -68,6 +68,8 @@ class Timings:
     queue_wait: float = 0.0
     synthesis: float = 0.0
     audio_bytes: int = 0
+    underrun: float | None = None
+    """Streams only: seconds a listener playing in real time would have stalled (scheduler.Job.underrun_s)."""
 
     ended: float | None = None
 
@@ -95,10 +97,11 @@ class Timings:
         ttfa, rtf = self.time_to_first_audio, self.real_time_factor
         log.info(
             "%s outcome=%s engine=%s voice=%s chars=%d chunks=%d cache=%s queue=%.3fs ttfa=%s synth=%.3fs "
-            "total=%.3fs audio=%.2fs rtf=%s",
+            "total=%.3fs audio=%.2fs rtf=%s underrun=%s",
             self.route, outcome, self.plan.engine.name, self.plan.voice_key, len(self.plan.text),
             len(self.plan.chunks), self.cache, self.queue_wait, f"{ttfa:.3f}s" if ttfa is not None else "-",
             self.synthesis, self.total, self.audio_seconds(), f"{rtf:.3f}" if rtf is not None else "-",
+            f"{self.underrun:.3f}s" if self.underrun is not None else "-",
         )  # fmt: skip
 
     def server_timing(self) -> str:
@@ -110,6 +113,8 @@ class Timings:
         parts += [f'chars;desc="{len(self.plan.text)}"', f'audio;desc="{self.audio_seconds():.3f}"']
         if (rtf := self.real_time_factor) is not None:
             parts.append(f'rtf;desc="{rtf:.3f}"')
+        if self.underrun is not None:
+            parts.append(f"underrun;dur={self.underrun * 1000:.1f}")
         return ", ".join(parts)
 
 
@@ -302,9 +307,10 @@ class SynthesisService:
         self.metrics.cache.labels("hit" if wav is not None else "miss").inc()
         return wav
 
-    def submit(self, plan: Plan, key: str) -> Job:
+    def submit(self, plan: Plan, key: str, *, streaming: bool = False, client: str | None = None) -> Job:
         """Admit the synthesis for fairness key `key` (or raise Busy); its steps, one chunk each, run on the GPU
-        thread, interleaved fairly with other requests' steps."""
+        thread, interleaved fairly with other requests' steps. `streaming`: the response is played as it arrives;
+        `client`: the peer address (one address holds at most a share of the slots)."""
         engine = plan.engine
 
         def steps() -> Iterator[Iterator[np.ndarray]]:
@@ -326,7 +332,11 @@ class SynthesisService:
             loop=asyncio.get_running_loop(),
             key=key,
             deadline=time.monotonic() + timeout if timeout else None,
-            units_total=len(plan.chunks),
+            # --- h-sched: what the scheduler needs to plan streams and per-address slots ---
+            streaming=streaming,
+            sample_rate=engine.sample_rate,
+            unit_chars=tuple(len(chunk) for chunk in plan.chunks),
+            client=client,
         )
         return self.scheduler.submit(job)
 
@@ -356,6 +366,8 @@ class SynthesisService:
             if job.started_at is not None:
                 timings.queue_wait = job.started_at - job.submitted_at
             timings.synthesis = job.gpu_seconds
+            if job.streaming:
+                timings.underrun = job.underrun_s
             self.finish(timings, outcome)
 
     def finish(self, timings: Timings, outcome: str) -> None:

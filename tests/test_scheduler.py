@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from errors import Busy
-from scheduler import FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
+from scheduler import OTHER_KEYS, FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
 
 WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
 
@@ -334,7 +334,9 @@ def test_engine_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
     stats = queue.stats()
     assert stats["rejected"] == 1
     assert stats["engines"]["kokoro"]["rejected"] == 1 and stats["engines"]["voxcpm"]["rejected"] == 0
-    assert stats["keys"]["c"]["rejected"] == 1 and stats["keys"]["c"]["waiting"] == 1
+    # "c" had no state when it was refused: counted without creating one, under OTHER_KEYS
+    assert stats["keys"]["c"]["rejected"] == 0 and stats["keys"]["c"]["waiting"] == 1
+    assert stats["keys"][OTHER_KEYS]["rejected"] == 1 and stats["rejected_by_code"] == {"engine_queue_full": 1}
 
 
 def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) -> None:
@@ -352,7 +354,7 @@ def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) ->
     queue.add(fake_job(loop, "c", engine="qwen"))  # room again
     stats = queue.stats()
     assert stats["rejected"] == 1
-    assert stats["keys"]["c"]["rejected"] == 1
+    assert stats["keys"]["c"]["rejected"] == 0 and stats["keys"][OTHER_KEYS]["rejected"] == 1
     assert stats["engines"]["qwen"] == {"running": 0, "waiting": 1, "rejected": 1}
 
 
@@ -370,7 +372,7 @@ def test_queued_characters_bound_is_a_server_busy_429(loop: asyncio.AbstractEven
     queue.add(fake_job(loop, "c", chars=40))  # exactly at the bound is admitted
     stats = queue.stats()
     assert stats["queued_chars"] == 100 and stats["running"] == 1 and stats["waiting"] == 2
-    assert stats["rejected"] == 1 and stats["keys"]["c"]["rejected"] == 1
+    assert stats["rejected"] == 1 and stats["keys"][OTHER_KEYS]["rejected"] == 1
     assert stats["engines"]["kokoro"]["rejected"] == 1
 
 
@@ -383,7 +385,9 @@ def test_rejections_are_counted_per_key_and_engine(loop: asyncio.AbstractEventLo
             queue.add(fake_job(loop, key, engine=engine))
     stats = queue.stats()
     assert stats["rejected"] == 4
-    assert {key: s["rejected"] for key, s in stats["keys"].items()} == {"a": 2, "b": 1, "c": 1}
+    # keys with state count their own rejections; "c" never had any, so no state was made for it
+    assert {key: s["rejected"] for key, s in stats["keys"].items()} == {"a": 2, "b": 1, OTHER_KEYS: 1}
+    assert "c" not in queue.keys
     assert {engine: s["rejected"] for engine, s in stats["engines"].items()} == {"kokoro": 2, "voxcpm": 2}
 
 

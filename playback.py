@@ -1,0 +1,276 @@
+"""Real-time streams: what a listener has in hand, how fast each engine makes audio, and whether the GPU thread can
+keep one more stream ahead of its listener.
+
+A streamed response has a playback clock: a listener who starts playing at the first byte, plays in real time and
+pauses when it runs dry. `Playback` follows that clock from what the response writer takes from the job. A stall is
+an underrun only when the audio came late from the GPU thread; audio that waited for a slow reader is the reader's
+doing, and such a reader is *behind real time*.
+
+`EngineSpeed` learns an engine's GPU seconds and audio seconds per character of text from the steps it runs.
+
+`simulate` plays the GPU thread's next minute for a set of streams the way the scheduler serves them (first steps of
+streams not yet started first, in order of arrival, then the stream that runs dry soonest), so admission can see
+whether one more stream would make an admitted stream run dry (`admission`).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import math
+import statistics
+from dataclasses import dataclass, field
+
+UNDERRUN_TOLERANCE_S = 0.05
+"""Predicted stalls shorter than this are noise of the estimate, not an underrun."""
+HORIZON_S = 60.0
+"""How far ahead admission simulates; beyond it, the streams' steady demand decides."""
+MAX_SIMULATED_STEPS = 2000
+
+
+@dataclass
+class Playback:
+    """The playback clock of one response, fed with the audio seconds of each piece as it is produced and sent."""
+
+    delivered_s: float = 0.0
+    """Audio handed to the response by the GPU thread."""
+    sent_s: float = 0.0
+    """Audio the response writer has taken (and sent to the client)."""
+    ends_at: float | None = None
+    """When a real-time listener runs out of what was sent; None before the first piece."""
+    last_sent_at: float | None = None
+    underrun_s: float = 0.0
+    """Time a real-time listener spent waiting on the GPU thread after its first audio."""
+    underruns: int = 0
+    """How many times it ran dry."""
+
+    @property
+    def waiting_s(self) -> float:
+        """Audio produced that the writer has not taken yet."""
+        return self.delivered_s - self.sent_s
+
+    def delivered(self, seconds: float) -> None:
+        self.delivered_s += seconds
+
+    def sent(self, seconds: float, produced_at: float, now: float) -> float:
+        """The writer took a piece of `seconds` produced at `produced_at`; returns the stall it ends (0 if none)."""
+        stall = 0.0
+        if self.ends_at is None:
+            self.ends_at = now + seconds
+        else:
+            stall = max(0.0, produced_at - self.ends_at)
+            if stall > 0:
+                self.underrun_s += stall
+                self.underruns += 1
+            self.ends_at = max(self.ends_at, now) + seconds
+        self.sent_s += seconds
+        self.last_sent_at = now
+        return stall
+
+    def in_hand(self, now: float) -> float | None:
+        """Audio seconds a real-time listener has left, counting audio still waiting for the writer; negative when
+        it has been dry that long; None before any audio."""
+        if self.ends_at is None:
+            return self.waiting_s if self.delivered_s > 0 else None
+        if self.waiting_s > 0:  # whatever the listener lacks, audio is there: the reader is slow, not us
+            return max(self.ends_at - now, 0.0) + self.waiting_s
+        return self.ends_at - now
+
+    def reader_lag(self, now: float) -> float:
+        """How far the reader is behind real time: how long ago a real-time listener would have finished what was
+        sent, while more audio waits for it. 0 when no audio waits."""
+        if self.ends_at is None or self.waiting_s <= 0:
+            return 0.0
+        return max(0.0, now - self.ends_at)
+
+    def idle_for(self, now: float) -> float:
+        """How long the writer has taken nothing while audio waited for it."""
+        if self.last_sent_at is None or self.waiting_s <= 0:
+            return 0.0
+        return now - self.last_sent_at
+
+
+@dataclass
+class EngineSpeed:
+    """GPU seconds and audio seconds per character of one engine, the median of its last steps (a step that also
+    loaded the model or prepared a voice does not skew it)."""
+
+    window: int = 16
+    _gpu: collections.deque[float] = field(default_factory=collections.deque)
+    _audio: collections.deque[float] = field(default_factory=collections.deque)
+
+    def learn(self, chars: int, gpu_s: float, audio_s: float) -> None:
+        if chars <= 0 or gpu_s <= 0 or audio_s <= 0:
+            return
+        for samples, value in ((self._gpu, gpu_s / chars), (self._audio, audio_s / chars)):
+            samples.append(value)
+            if len(samples) > self.window:
+                samples.popleft()
+
+    @property
+    def known(self) -> bool:
+        return bool(self._gpu)
+
+    @property
+    def gpu_s_per_char(self) -> float:
+        return statistics.median(self._gpu)
+
+    @property
+    def audio_s_per_char(self) -> float:
+        return statistics.median(self._audio)
+
+    @property
+    def real_time_factor(self) -> float:
+        """GPU seconds per audio second."""
+        return self.gpu_s_per_char / self.audio_s_per_char
+
+
+@dataclass
+class StreamDemand:
+    """One stream as admission sees it: its steps left and what its listener has in hand."""
+
+    id: int
+    units: list[tuple[float, float]]
+    """(GPU seconds, audio seconds) of each step left, in order."""
+    in_hand: float | None
+    """Seconds the listener has left (see Playback.in_hand); None when the stream has not started."""
+    arrival: float = 0.0
+    """Streams not yet started take their first step in this order."""
+
+    @property
+    def real_time_factor(self) -> float:
+        gpu, audio = sum(u[0] for u in self.units), sum(u[1] for u in self.units)
+        return gpu / audio if audio > 0 else 0.0
+
+
+@dataclass
+class Simulation:
+    underrun: dict[int, float]
+    """Predicted stall of each stream within the horizon."""
+    start_wait: dict[int, float]
+    """For streams not yet started: seconds from now until their first step begins."""
+    finish: dict[int, float]
+    """Seconds from now until each stream's last step ends (inf beyond the horizon)."""
+    rate: dict[int, float]
+    """GPU seconds each stream needs per second of playback (its remaining steps' real-time factor)."""
+    demand_after: float
+    """GPU seconds per second the streams still generating at the horizon need."""
+    slack: list[tuple[float, float]]
+    """(time, least slack of any started stream) after each simulated step: how long a newcomer's first step could
+    take then without making a stream run dry (-inf while streams wait for their first step)."""
+
+
+def simulate(streams: list[StreamDemand], busy_for: float = 0.0, running: int | None = None) -> Simulation:
+    """Serve `streams` the way the scheduler does, from now (0) on; `busy_for` seconds are left of the step under
+    way, which is the first unit of stream `running`, or other work when `running` is None."""
+    left = {s.id: collections.deque(s.units) for s in streams}
+    ends = {s.id: s.in_hand for s in streams}
+    arrival = {s.id: s.arrival for s in streams}
+    underrun = {s.id: 0.0 for s in streams}
+    finish = {s.id: (0.0 if not s.units else math.inf) for s in streams}
+    start_wait: dict[int, float] = {}
+    slack: list[tuple[float, float]] = []
+
+    def produce(sid: int, at: float) -> None:
+        audio = left[sid].popleft()[1]
+        end = ends[sid]
+        if end is None:
+            ends[sid] = at + audio
+        else:
+            if at > end:
+                underrun[sid] += at - end
+            ends[sid] = max(end, at) + audio
+        if not left[sid]:
+            finish[sid] = at
+
+    def urgency(sid: int) -> tuple[int, float, int]:
+        end = ends[sid]
+        return (0, arrival[sid], sid) if end is None else (1, end, sid)
+
+    now = busy_for
+    if running is not None and left.get(running):
+        if ends[running] is None:
+            start_wait[running] = 0.0
+        produce(running, now)
+    queue = [urgency(sid) for sid, units in left.items() if units]
+    heapq.heapify(queue)
+    steps = 0
+    while queue and now < HORIZON_S and steps < MAX_SIMULATED_STEPS:
+        _, _, sid = heapq.heappop(queue)
+        if ends[sid] is None:
+            start_wait[sid] = now
+        now += left[sid][0][0]
+        produce(sid, now)
+        steps += 1
+        if left[sid]:
+            heapq.heappush(queue, urgency(sid))
+        if any(ends[i] is None for i in left if left[i]):
+            slack.append((now, -math.inf))
+        else:
+            margins = [ends[i] - now - left[i][0][0] for i in left if left[i] and ends[i] is not None]  # type: ignore[operator]
+            slack.append((now, min(margins, default=math.inf)))
+    rate = {s.id: s.real_time_factor for s in streams}
+    demand = sum(rate[sid] for sid, units in left.items() if units)
+    return Simulation(underrun, start_wait, finish, rate, demand, slack)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    retry_after: float
+
+
+def admission(
+    admitted: list[StreamDemand],
+    candidate: StreamDemand,
+    *,
+    busy_for: float = 0.0,
+    running: int | None = None,
+    max_start_wait: float,
+) -> Refusal | None:
+    """Whether `candidate` may join `admitted` (None), or why not and when to retry.
+
+    Refused when, in the simulation, it would make an admitted stream that kept ahead of its listener run dry, run
+    dry itself where alone it would not, raise the demand still running at the horizon above the whole GPU thread,
+    or start its first step more than `max_start_wait` after the step under way.
+    """
+    without = simulate(admitted, busy_for, running)
+    joined = simulate([*admitted, candidate], busy_for, running)
+    alone = simulate([candidate], busy_for)
+    cid = candidate.id
+    pushed = [
+        s.id
+        for s in admitted
+        if without.underrun[s.id] <= UNDERRUN_TOLERANCE_S < joined.underrun[s.id] - without.underrun[s.id]
+    ]
+    wait = joined.start_wait.get(cid, HORIZON_S) - busy_for
+    if pushed:
+        reason = f"{len(pushed)} admitted stream(s) would run dry"
+    elif joined.underrun[cid] > alone.underrun[cid] + UNDERRUN_TOLERANCE_S:
+        reason = f"it would run dry for {joined.underrun[cid]:.1f} s"
+    elif joined.demand_after > 1.0 and joined.demand_after > without.demand_after + 1e-9:
+        reason = f"the streams would need {joined.demand_after:.2f}x the GPU thread"
+    elif wait > max_start_wait:
+        reason = f"its first audio would wait {wait:.1f} s behind other streams"
+    else:
+        return None
+    return Refusal(reason, retry_after(without, candidate, max(0.0, wait - max_start_wait)))
+
+
+def retry_after(without: Simulation, candidate: StreamDemand, start_excess: float = 0.0) -> float:
+    """Seconds until `candidate` would likely be admitted, from the simulation of the admitted streams alone: once
+    enough of them have finished for its demand to fit, once every running stream has enough in hand to absorb its
+    first step, and once the first steps queued before it have run."""
+    need = candidate.real_time_factor
+    finite = sorted(f for f in without.finish.values() if 0 < f < math.inf)
+    by_demand = next(
+        (
+            t
+            for t in [0.0, *finite]
+            if sum(without.rate[sid] for sid, f in without.finish.items() if f > t) + need <= 1.0
+        ),
+        finite[-1] if len(finite) == len(without.finish) and finite else HORIZON_S,
+    )
+    first = candidate.units[0][0] if candidate.units else 0.0
+    by_slack = next((t for t, least in without.slack if least >= first), HORIZON_S if without.slack else 0.0)
+    return max(by_demand, by_slack, start_excess)
