@@ -135,7 +135,7 @@ class StreamDemand:
     in_hand: float | None
     """Seconds the listener has left (see Playback.in_hand); None when the stream has not started."""
     arrival: float = 0.0
-    """Streams not yet started take their first step in this order."""
+    """Streams not yet started take their first step in this order (ties: by id)."""
 
     @property
     def real_time_factor(self) -> float:
@@ -145,31 +145,31 @@ class StreamDemand:
 
 @dataclass
 class Simulation:
+    at: float
+    """Where the simulation stopped (seconds from now): the horizon, or when every stream had made all its audio."""
     underrun: dict[int, float]
-    """Predicted stall of each stream within the horizon."""
+    """Predicted stall of each stream until then."""
     start_wait: dict[int, float]
     """For streams not yet started: seconds from now until their first step begins."""
     finish: dict[int, float]
-    """Seconds from now until each stream's last step ends (inf beyond the horizon)."""
-    rate: dict[int, float]
-    """GPU seconds each stream needs per second of playback (its remaining steps' real-time factor)."""
+    """Seconds from now until each stream's last step ends (estimated from its demand beyond the horizon)."""
     demand_after: float
-    """GPU seconds per second the streams still generating at the horizon need."""
-    slack: list[tuple[float, float]]
-    """(time, least slack of any started stream) after each simulated step: how long a newcomer's first step could
-    take then without making a stream run dry (-inf while streams wait for their first step)."""
+    """GPU seconds per second of playback that the streams still generating at the end need."""
+    state: list[StreamDemand]
+    """The streams still generating at the end, as seen from then."""
 
 
-def simulate(streams: list[StreamDemand], busy_for: float = 0.0, running: int | None = None) -> Simulation:
-    """Serve `streams` the way the scheduler does, from now (0) on; `busy_for` seconds are left of the step under
-    way, which is the first unit of stream `running`, or other work when `running` is None."""
+def simulate(
+    streams: list[StreamDemand], busy_for: float = 0.0, running: int | None = None, until: float = HORIZON_S
+) -> Simulation:
+    """Serve `streams` the way the scheduler does, from now (0) until `until`; `busy_for` seconds are left of the
+    step under way, which is the first unit of stream `running`, or other work when `running` is None."""
     left = {s.id: collections.deque(s.units) for s in streams}
     ends = {s.id: s.in_hand for s in streams}
     arrival = {s.id: s.arrival for s in streams}
     underrun = {s.id: 0.0 for s in streams}
-    finish = {s.id: (0.0 if not s.units else math.inf) for s in streams}
+    finish = {s.id: 0.0 for s in streams}
     start_wait: dict[int, float] = {}
-    slack: list[tuple[float, float]] = []
 
     def produce(sid: int, at: float) -> None:
         audio = left[sid].popleft()[1]
@@ -195,7 +195,7 @@ def simulate(streams: list[StreamDemand], busy_for: float = 0.0, running: int | 
     queue = [urgency(sid) for sid, units in left.items() if units]
     heapq.heapify(queue)
     steps = 0
-    while queue and now < HORIZON_S and steps < MAX_SIMULATED_STEPS:
+    while queue and now < until and steps < MAX_SIMULATED_STEPS:
         _, _, sid = heapq.heappop(queue)
         if ends[sid] is None:
             start_wait[sid] = now
@@ -204,20 +204,25 @@ def simulate(streams: list[StreamDemand], busy_for: float = 0.0, running: int | 
         steps += 1
         if left[sid]:
             heapq.heappush(queue, urgency(sid))
-        if any(ends[i] is None for i in left if left[i]):
-            slack.append((now, -math.inf))
-        else:
-            margins = [ends[i] - now - left[i][0][0] for i in left if left[i] and ends[i] is not None]  # type: ignore[operator]
-            slack.append((now, min(margins, default=math.inf)))
-    rate = {s.id: s.real_time_factor for s in streams}
-    demand = sum(rate[sid] for sid, units in left.items() if units)
-    return Simulation(underrun, start_wait, finish, rate, demand, slack)
+    state = [
+        StreamDemand(sid, list(units), None if ends[sid] is None else ends[sid] - now, arrival[sid])  # type: ignore[operator]
+        for sid, units in left.items()
+        if units
+    ]
+    demand = sum(s.real_time_factor for s in state)
+    for stream in state:  # beyond the end each stream gets its share of the thread: done after `demand` x its audio
+        finish[stream.id] = now + max(demand, 1.0) * sum(audio for _, audio in stream.units)
+    return Simulation(now, underrun, start_wait, finish, demand, state)
 
 
 @dataclass(frozen=True)
 class Refusal:
     reason: str
     retry_after: float
+
+
+RETRY_PROBES_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, HORIZON_S)
+"""Instants at which a refused stream is tried again against the admitted streams as they will be then."""
 
 
 def admission(
@@ -228,49 +233,49 @@ def admission(
     running: int | None = None,
     max_start_wait: float,
 ) -> Refusal | None:
-    """Whether `candidate` may join `admitted` (None), or why not and when to retry.
+    """Whether `candidate` may join `admitted` (None), or why not and when it would be admitted.
 
     Refused when, in the simulation, it would make an admitted stream that kept ahead of its listener run dry, run
     dry itself where alone it would not, raise the demand still running at the horizon above the whole GPU thread,
-    or start its first step more than `max_start_wait` after the step under way.
+    or start its first step more than `max_start_wait` after the step under way. Retry-After: the first of a few
+    instants (`RETRY_PROBES_S`) at which the same check passes against the admitted streams as they will be then.
     """
+    reason = _refusal(admitted, candidate, busy_for, running, max_start_wait)
+    if reason is None:
+        return None
+    for probe in RETRY_PROBES_S:
+        later = simulate(admitted, busy_for, running, until=probe)
+        if _refusal(later.state, candidate, 0.0, None, max_start_wait) is None:
+            return Refusal(reason, later.at)
+    latest = simulate(admitted, busy_for, running)
+    need = candidate.real_time_factor
+    finishes = sorted(latest.finish.values())
+    by_demand = next(
+        (t for t in finishes if sum(s.real_time_factor for s in latest.state if latest.finish[s.id] > t) + need <= 1),
+        finishes[-1] if finishes else HORIZON_S,
+    )
+    return Refusal(reason, max(HORIZON_S, by_demand))
+
+
+def _refusal(
+    admitted: list[StreamDemand], candidate: StreamDemand, busy_for: float, running: int | None, max_start_wait: float
+) -> str | None:
     without = simulate(admitted, busy_for, running)
     joined = simulate([*admitted, candidate], busy_for, running)
-    alone = simulate([candidate], busy_for)
     cid = candidate.id
-    pushed = [
-        s.id
+    if any(
+        without.underrun[s.id] <= UNDERRUN_TOLERANCE_S < joined.underrun[s.id] - without.underrun[s.id]
         for s in admitted
-        if without.underrun[s.id] <= UNDERRUN_TOLERANCE_S < joined.underrun[s.id] - without.underrun[s.id]
-    ]
-    wait = joined.start_wait.get(cid, HORIZON_S) - busy_for
-    if pushed:
-        reason = f"{len(pushed)} admitted stream(s) would run dry"
-    elif joined.underrun[cid] > alone.underrun[cid] + UNDERRUN_TOLERANCE_S:
-        reason = f"it would run dry for {joined.underrun[cid]:.1f} s"
-    elif joined.demand_after > 1.0 and joined.demand_after > without.demand_after + 1e-9:
-        reason = f"the streams would need {joined.demand_after:.2f}x the GPU thread"
-    elif wait > max_start_wait:
-        reason = f"its first audio would wait {wait:.1f} s behind other streams"
-    else:
-        return None
-    return Refusal(reason, retry_after(without, candidate, max(0.0, wait - max_start_wait)))
-
-
-def retry_after(without: Simulation, candidate: StreamDemand, start_excess: float = 0.0) -> float:
-    """Seconds until `candidate` would likely be admitted, from the simulation of the admitted streams alone: once
-    enough of them have finished for its demand to fit, once every running stream has enough in hand to absorb its
-    first step, and once the first steps queued before it have run."""
-    need = candidate.real_time_factor
-    finite = sorted(f for f in without.finish.values() if 0 < f < math.inf)
-    by_demand = next(
-        (
-            t
-            for t in [0.0, *finite]
-            if sum(without.rate[sid] for sid, f in without.finish.items() if f > t) + need <= 1.0
-        ),
-        finite[-1] if len(finite) == len(without.finish) and finite else HORIZON_S,
-    )
-    first = candidate.units[0][0] if candidate.units else 0.0
-    by_slack = next((t for t, least in without.slack if least >= first), HORIZON_S if without.slack else 0.0)
-    return max(by_demand, by_slack, start_excess)
+    ):
+        pushed = sum(joined.underrun[s.id] - without.underrun[s.id] > UNDERRUN_TOLERANCE_S for s in admitted)
+        return f"{pushed} admitted stream(s) would run dry"
+    if joined.underrun[cid] > UNDERRUN_TOLERANCE_S:
+        alone = simulate([candidate], busy_for)
+        if joined.underrun[cid] > alone.underrun[cid] + UNDERRUN_TOLERANCE_S:
+            return f"it would run dry for {joined.underrun[cid]:.1f} s"
+    if joined.demand_after > 1.0 and joined.demand_after > without.demand_after + 1e-9:
+        return f"the streams would need {joined.demand_after:.2f}x the GPU thread"
+    wait = joined.start_wait.get(cid, joined.at) - busy_for
+    if wait > max_start_wait:
+        return f"its first audio would wait {wait:.1f} s behind other streams"
+    return None

@@ -10,7 +10,8 @@ Who steps next (`FairQueue.pick`), after dropping cancelled jobs:
 1. the first step of a stream not yet started, in order of arrival, whatever its key: a newcomer waits for at
    most the step under way (and the first steps of streams that arrived just before it);
 2. a running stream about to run dry: its listener's audio in hand (`playback.Playback`) no longer covers its next
-   step plus the longest whole-file step that could run first; the one closest to running dry goes first;
+   step, the longest whole-file step that could run first and `stream_max_start_wait_s` of newcomers' first
+   steps; the one closest to running dry goes first;
 3. whole-file work (`/tts`, batch), by weighted fair share between keys: the key with the least GPU time used
    divided by its weight; a key's whole-file jobs keep their order;
 4. streams far ahead of their listeners, closest to running dry first;
@@ -32,6 +33,7 @@ import collections
 import concurrent.futures
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
@@ -267,14 +269,15 @@ class FairnessPolicy:
     max_inflight: int = 64
     max_queued_chars: int = 100_000
     retry_after: float = 2.0
+    stream_admission: bool = True
+    """Refuse streams that the GPU thread could not keep in real time (off: streams are admitted by the count
+    bounds only, and may run dry under load)."""
     stream_gpu_share: float = 0.8
     """Admission plans streams with this share of the GPU thread; the rest absorbs misestimates and whole-file work."""
     stream_max_start_wait_s: float = 5.0
     """A stream whose first step would start this long after the step under way (behind other streams' first
-    steps) is refused."""
-    stream_margin_s: float = 0.5
-    """A running stream goes before whole-file work when its audio in hand covers less than its next step, the
-    longest whole-file step and this margin."""
+    steps) is refused. Running streams keep this much lead over their listeners before whole-file work goes first,
+    so newcomers' first steps never make them run dry."""
     slow_reader_lag_s: float = 10.0
     """A stream whose reader is this far behind real time (audio waiting for it) stops holding an admission slot."""
     reader_idle_limit_s: float = 60.0
@@ -333,6 +336,7 @@ class FairQueue:
         self.current: Job | None = None
         """The job whose step is under way (picked, not yet charged), and since when."""
         self.current_since = 0.0
+        self._last_refusal: tuple[Any, float, Refusal] | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -361,7 +365,7 @@ class FairQueue:
                 reason, code = f"{len(jobs)} syntheses in flight", "server_busy"
             elif waiting_chars and waiting_chars + job.chars > policy.max_queued_chars:
                 reason, code = f"{waiting_chars} characters waiting", "server_busy"
-            elif job.is_stream and (refusal := self._stream_refusal(job, jobs, now)) is not None:
+            elif job.is_stream and policy.stream_admission and (refusal := self._stream_refusal(job, jobs, now)):
                 reason, code, retry_after = f"no room for another real-time stream: {refusal.reason}", "stream_capacity_full", refusal.retry_after
             else:
                 reason = code = ""
@@ -450,7 +454,8 @@ class FairQueue:
             return min(newcomers, key=lambda j: (j.enqueued_at, j.id))
         streams = [(self._slack(j, now), j.id, j) for j in ready if j.is_stream and not j.detached]
         whole = [j for j in ready if not j.is_stream and not j.detached]
-        guard = self.policy.stream_margin_s + max((self._next_step_s(j) for j in whole), default=0.0)
+        # Room for the longest whole-file step that could go first, and for newcomers' first steps after it.
+        guard = self.policy.stream_max_start_wait_s + max((self._next_step_s(j) for j in whole), default=0.0)
         urgent = [entry for entry in streams if entry[0] < guard]
         if urgent:
             return min(urgent, key=lambda e: (e[0], e[1]))[2]
@@ -488,18 +493,25 @@ class FairQueue:
             if not streams:
                 return None  # nothing to protect: the first stream is how the speed gets measured
             return Refusal(f"the speed of {', '.join(unknown)} is not measured yet", self.policy.retry_after)
+        # A burst of identical requests meets the same streams: the first one's answer stands for a second.
+        signature = (job.engine, tuple(job.chars_left()), tuple((j.id, j.units_done) for j in streams))
+        memo = self._last_refusal
+        if memo is not None and memo[0] == signature and now - memo[1] < 1.0:
+            return Refusal(memo[2].reason, max(0.0, memo[2].retry_after - (now - memo[1])))
         busy_for, running = 0.0, None
         current = self.current
         if current is not None and not current.cancelled.is_set():
             busy_for = max(0.0, self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since))
             running = current.id if current in streams else None
-        return admission(
+        refusal = admission(
             [self._demand(j, now) for j in streams],
             self._demand(job, now),
             busy_for=busy_for,
             running=running,
             max_start_wait=self.policy.stream_max_start_wait_s,
         )
+        self._last_refusal = (signature, now, refusal) if refusal is not None else None
+        return refusal
 
     def _speed_known(self, engine: str) -> bool:
         speed = self.speeds.get(engine)
@@ -512,7 +524,8 @@ class FairQueue:
         in_hand = job.playback.in_hand(now)
         if in_hand is None and job.units_done:  # started, but no audio yet: a listener with nothing in hand
             in_hand = 0.0
-        return StreamDemand(job.id or -1, units, in_hand, job.enqueued_at if job.id else now)
+        # The candidate (not admitted yet: no id) arrives after every admitted stream.
+        return StreamDemand(job.id or -1, units, in_hand, job.enqueued_at if job.id else math.inf)
 
     def _sweep(self, now: float) -> None:
         """Readers behind real time stop holding a slot; readers that take nothing for too long are dropped."""

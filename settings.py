@@ -164,14 +164,18 @@ class Settings(BaseSettings):
     """A synthesis still running after this long is dropped before its next step (504); 0 means no limit."""
 
     # --- real-time streams and slow readers (scheduler.FairnessPolicy) ---
+    stream_admission: bool = True
+    """Refuse a new stream (429 `stream_capacity_full`) that the GPU thread could not keep in real time next to the
+    admitted ones. Off: streams are admitted by the count bounds only, and run dry under load."""
+
     stream_gpu_share: float = Field(0.8, gt=0, le=1)
-    """Admission keeps streams in real time with this share of the GPU thread, measured from the engine's speed:
-    a stream that would make an admitted one run dry is a 429 `stream_capacity_full` with `Retry-After` from the
-    backlog. The rest absorbs misestimates and whole-file work."""
+    """Admission plans streams with this share of the GPU thread, from the engine's measured speed and the audio
+    promised to admitted streams; the rest absorbs misestimates and whole-file work."""
 
     stream_max_start_wait_s: float = Field(5.0, gt=0)
     """A new stream whose first step would start this long after the step under way, behind other streams' first
-    steps, is a 429 `stream_capacity_full`."""
+    steps, is a 429 `stream_capacity_full`. Running streams keep this much audio in hand beyond their next step
+    before whole-file work goes first."""
 
     slow_reader_lag_s: float = Field(10.0, gt=0)
     """A streamed response whose reader is this far behind real time (audio waiting for it) stops holding an
@@ -236,6 +240,7 @@ class Settings(BaseSettings):
             max_inflight=self.max_inflight,
             max_queued_chars=self.max_queued_chars,
             retry_after=self.retry_after_seconds,
+            stream_admission=self.stream_admission,
             stream_gpu_share=self.stream_gpu_share,
             stream_max_start_wait_s=self.stream_max_start_wait_s,
             slow_reader_lag_s=self.slow_reader_lag_s,
