@@ -2,9 +2,10 @@
 keep one more stream ahead of its listener.
 
 A streamed response has a playback clock: a listener who starts playing at the first byte, plays in real time and
-pauses when it runs dry. `Playback` follows that clock from what the response writer takes from the job. A stall is
-an underrun only when the audio came late from the GPU thread; audio that waited for a slow reader is the reader's
-doing, and such a reader is *behind real time*.
+pauses when it runs dry. `Playback` follows that clock from what the response writer takes from the job and from
+when it asks for more (it asks once it has sent the last piece). A stall is an underrun only when the writer was
+asking and the audio came late from the GPU thread; a writer still busy sending when a real-time listener would long
+have run out has a reader *behind real time*.
 
 `EngineSpeed` learns an engine's GPU seconds and audio seconds per character of text from the steps it runs.
 
@@ -30,7 +31,8 @@ MAX_SIMULATED_STEPS = 2000
 
 @dataclass
 class Playback:
-    """The playback clock of one response, fed with the audio seconds of each piece as it is produced and sent."""
+    """The playback clock of one response, fed with the audio seconds of each piece as it is produced and taken, and
+    with when the response writer asks for the next piece (it asks once it has sent the last)."""
 
     delivered_s: float = 0.0
     """Audio handed to the response by the GPU thread."""
@@ -39,6 +41,8 @@ class Playback:
     ends_at: float | None = None
     """When a real-time listener runs out of what was sent; None before the first piece."""
     last_sent_at: float | None = None
+    asking_since: float | None = None
+    """When the writer started waiting for the next piece; None while it is busy sending the last one."""
     underrun_s: float = 0.0
     """Time a real-time listener spent waiting on the GPU thread after its first audio."""
     underruns: int = 0
@@ -52,13 +56,22 @@ class Playback:
     def delivered(self, seconds: float) -> None:
         self.delivered_s += seconds
 
+    def ask(self, now: float) -> None:
+        """The writer waits for the next piece."""
+        if self.asking_since is None:
+            self.asking_since = now
+
     def sent(self, seconds: float, produced_at: float, now: float) -> float:
-        """The writer took a piece of `seconds` produced at `produced_at`; returns the stall it ends (0 if none)."""
+        """The writer took a piece of `seconds` produced at `produced_at`; returns the stall it ends (0 if none).
+        Only waiting that the writer itself did counts: a listener who ran out while its reader was still busy
+        sending is the reader's doing."""
+        asked = self.asking_since if self.asking_since is not None else now
+        self.asking_since = None
         stall = 0.0
         if self.ends_at is None:
             self.ends_at = now + seconds
         else:
-            stall = max(0.0, produced_at - self.ends_at)
+            stall = max(0.0, produced_at - max(self.ends_at, asked))
             if stall > 0:
                 self.underrun_s += stall
                 self.underruns += 1
@@ -78,14 +91,14 @@ class Playback:
 
     def reader_lag(self, now: float) -> float:
         """How far the reader is behind real time: how long ago a real-time listener would have finished what was
-        sent, while more audio waits for it. 0 when no audio waits."""
-        if self.ends_at is None or self.waiting_s <= 0:
+        sent, while the writer is still busy sending it. 0 while the writer asks for more."""
+        if self.ends_at is None or self.asking_since is not None:
             return 0.0
         return max(0.0, now - self.ends_at)
 
     def idle_for(self, now: float) -> float:
-        """How long the writer has taken nothing while audio waited for it."""
-        if self.last_sent_at is None or self.waiting_s <= 0:
+        """How long the writer has been busy sending one piece (its reader took nothing meanwhile)."""
+        if self.last_sent_at is None or self.asking_since is not None:
             return 0.0
         return now - self.last_sent_at
 
@@ -269,11 +282,11 @@ def _refusal(
     ):
         pushed = sum(joined.underrun[s.id] - without.underrun[s.id] > UNDERRUN_TOLERANCE_S for s in admitted)
         return f"{pushed} admitted stream(s) would run dry"
-    if joined.underrun[cid] > UNDERRUN_TOLERANCE_S:
-        alone = simulate([candidate], busy_for)
-        if joined.underrun[cid] > alone.underrun[cid] + UNDERRUN_TOLERANCE_S:
-            return f"it would run dry for {joined.underrun[cid]:.1f} s"
-    if joined.demand_after > 1.0 and joined.demand_after > without.demand_after + 1e-9:
+    # What the candidate would suffer or need even alone is no reason to refuse it.
+    alone = simulate([candidate], busy_for) if joined.underrun[cid] or joined.demand_after > 1.0 else None
+    if alone is not None and joined.underrun[cid] > alone.underrun[cid] + UNDERRUN_TOLERANCE_S:
+        return f"it would run dry for {joined.underrun[cid]:.1f} s"
+    if alone is not None and joined.demand_after > max(1.0, alone.demand_after, without.demand_after) + 1e-9:
         return f"the streams would need {joined.demand_after:.2f}x the GPU thread"
     wait = joined.start_wait.get(cid, joined.at) - busy_for
     if wait > max_start_wait:

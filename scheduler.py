@@ -243,12 +243,13 @@ class Job:
         """Audio pieces as the GPU thread produces them; raises what the engine raised. Taking a piece is what
         moves the playback clock: the response writer asks for the next one once it has sent the last."""
         while True:
+            self.playback.ask(time.monotonic())
+            self._on_consumed()  # a detached job steps again once its writer asks
             item, produced_at, seconds = await self._out.get()
             self.consumed += 1
-            if seconds:
-                stall = self.playback.sent(seconds, produced_at, time.monotonic())
-                if stall:
-                    self._on_stall(self, stall)
+            stall = self.playback.sent(seconds, produced_at, time.monotonic())
+            if stall:
+                self._on_stall(self, stall)
             self._on_consumed()
             if item is _DONE:
                 return
@@ -435,7 +436,7 @@ class FairQueue:
                     return self._begin(job, now)
             candidates = [j for state in self.keys.values() for j in state.jobs if j.is_stream or j.detached]
             candidates += [head for state in self.keys.values() if (head := self._whole_file_head(state))]
-            ready = [j for j in candidates if j.buffered < (1 if j.detached else self.policy.max_buffered_pieces)]
+            ready = [j for j in candidates if self._can_step(j)]
             if not ready:
                 return None
             on_resident = [j for j in ready if j.engine in resident]
@@ -448,6 +449,12 @@ class FairQueue:
             self._raise_floor()
             return self._begin(self._choose(ready, now), now)
 
+    def _can_step(self, job: Job) -> bool:
+        """Room in its buffer: a detached job steps only when its writer asks for audio and none waits."""
+        if job.detached:
+            return job.buffered == 0 and job.playback.asking_since is not None
+        return job.buffered < self.policy.max_buffered_pieces
+
     def _choose(self, ready: list[Job], now: float) -> Job:
         newcomers = [j for j in ready if j.is_stream and not j.detached and j.units_done == 0]
         if newcomers:
@@ -456,7 +463,8 @@ class FairQueue:
         whole = [j for j in ready if not j.is_stream and not j.detached]
         # Room for the longest whole-file step that could go first, and for newcomers' first steps after it.
         guard = self.policy.stream_max_start_wait_s + max((self._next_step_s(j) for j in whole), default=0.0)
-        urgent = [entry for entry in streams if entry[0] < guard]
+        # A stream whose reader is behind real time is not short of audio because of us: never urgent.
+        urgent = [e for e in streams if e[0] < guard and not e[2].playback.reader_lag(now)]
         if urgent:
             return min(urgent, key=lambda e: (e[0], e[1]))[2]
         if whole:
@@ -487,7 +495,11 @@ class FairQueue:
         return (job.playback.in_hand(now) or 0.0) - self._next_step_s(job)
 
     def _stream_refusal(self, job: Job, admitted: list[Job], now: float) -> Refusal | None:
-        streams = [j for j in admitted if j.is_stream and not j.cancelled.is_set() and j.chars_left()]
+        streams = [
+            j
+            for j in admitted
+            if j.is_stream and not j.cancelled.is_set() and j.chars_left() and not j.playback.reader_lag(now)
+        ]
         unknown = sorted({j.engine for j in [*streams, job] if not self._speed_known(j.engine)})
         if unknown:
             if not streams:

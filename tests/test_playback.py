@@ -26,27 +26,35 @@ def test_the_listener_clock_starts_at_the_first_piece_and_counts_no_underrun_whi
     assert clock.ends_at == 13.0 and clock.underrun_s == 0 and clock.underruns == 0
 
 
-def test_audio_late_from_the_gpu_thread_is_an_underrun() -> None:
+def test_audio_late_from_the_gpu_thread_while_the_writer_asks_is_an_underrun() -> None:
     clock = Playback()
     clock.delivered(2.0)
     clock.sent(2.0, produced_at=0.0, now=0.0)
-    assert clock.in_hand(3.0) == -1.0  # dry for a second
+    clock.ask(0.1)  # sent: the writer asks for more
+    assert clock.in_hand(3.0) == -1.0 and clock.reader_lag(3.0) == 0.0  # dry for a second, and not the reader's doing
     clock.delivered(2.0)
     stall = clock.sent(2.0, produced_at=3.5, now=3.5)
     assert stall == 1.5 and clock.underrun_s == 1.5 and clock.underruns == 1
     assert clock.ends_at == 5.5  # the listener resumes where it stalled
 
 
-def test_audio_that_waited_for_a_slow_reader_is_not_an_underrun_but_reader_lag() -> None:
+def test_a_writer_still_sending_when_its_listener_would_have_run_out_has_a_reader_behind_real_time() -> None:
     clock = Playback()
     clock.delivered(2.0)
-    clock.sent(2.0, produced_at=0.0, now=0.0)
-    clock.delivered(2.0)  # produced at 1.0, in time; the reader does not take it
+    clock.sent(2.0, produced_at=0.0, now=0.0)  # the writer is busy sending it: no ask
     assert clock.reader_lag(1.5) == 0.0 and clock.idle_for(1.5) == 1.5
-    assert clock.reader_lag(12.0) == 10.0  # a real-time listener would have needed it 10 s ago
+    assert clock.reader_lag(12.0) == 10.0  # a real-time listener would have finished it 10 s ago
+    assert clock.idle_for(12.0) == 12.0
+    clock.delivered(2.0)  # produced in time, waiting for the writer
     assert clock.in_hand(12.0) == 2.0  # the audio is there: not ours to hurry
-    assert clock.sent(2.0, produced_at=1.0, now=12.0) == 0.0
-    assert clock.underrun_s == 0 and clock.reader_lag(13.0) == 0.0 and clock.idle_for(13.0) == 0.0
+    clock.ask(20.0)  # sent at last
+    assert clock.reader_lag(20.0) == 0.0 and clock.idle_for(20.0) == 0.0
+    assert clock.sent(2.0, produced_at=1.0, now=20.0) == 0.0
+    clock.ask(20.5)
+    clock.delivered(2.0)
+    assert clock.sent(2.0, produced_at=21.0, now=21.0) == 0.0  # asked at 20.5, the listener had until 22
+    assert clock.sent(2.0, produced_at=40.0, now=40.0) == 0.0  # never asked: the reader's delay, not a stall
+    assert clock.underrun_s == 0
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -141,6 +149,12 @@ def test_admission_bounds_the_wait_for_a_first_step_behind_other_newcomers() -> 
 def test_a_stream_too_slow_even_alone_is_still_admitted_when_nothing_else_streams() -> None:
     slow = StreamDemand(1, steps(10, 3.0, 1.0), None)
     assert admission([], slow, max_start_wait=5.0) is None
+    endless = StreamDemand(1, steps(1000, 1.5, 1.0), None)  # still needs 1.5x the thread at the horizon
+    assert admission([], endless, max_start_wait=5.0) is None
+    # next to another stream it would always be the closest to running dry, and starve it
+    finishing = [StreamDemand(2, steps(3, 0.5, 1.0), in_hand=30.0)]
+    refusal = admission(finishing, endless, max_start_wait=5.0)
+    assert refusal is not None and refusal.reason == "1 admitted stream(s) would run dry"
 
 
 def test_retry_after_is_the_first_instant_at_which_the_stream_would_be_admitted() -> None:

@@ -1041,17 +1041,16 @@ def test_a_reader_behind_real_time_releases_its_slot_and_one_that_takes_nothing_
     queue.add(stream_job(loop, "b", units=[60] * 10))
     with pytest.raises(Busy):
         queue.add(stream_job(loop, "c"))
-    slow.units_done, slow.delivered, slow.consumed = 2, 2, 1
+    slow.units_done, slow.delivered, slow.consumed = 1, 1, 1
     slow.playback.delivered(4.0)
-    slow.playback.sent(4.0, produced_at=0.0, now=0.0)
-    slow.playback.delivered(4.0)  # the second piece waits: its reader has not taken it
+    slow.playback.sent(4.0, produced_at=0.0, now=0.0)  # its writer is still sending this piece: it never asks again
     clock.advance(8.9)  # a real-time listener ran out at 4 s; 4.9 s behind
     with pytest.raises(Busy):
         queue.add(stream_job(loop, "c"))
     clock.advance(0.1)
     fresh = queue.add(stream_job(loop, "c", units=(60,)))  # 5 s behind: its slot is released
     assert slow.detached and queue.stats()["detached"] == 1 and queue.stats()["running"] + queue.stats()["waiting"] == 2
-    for _ in range(2):  # "b" and the fresh one; a detached job with audio waiting gets no step
+    for _ in range(2):  # "b" and the fresh one; a detached job whose writer does not ask gets no step
         job = queue.pick({"kokoro"})
         assert job is not None and job is not slow
         queue.charge(job, 0.0)
@@ -1066,20 +1065,21 @@ def test_a_detached_reader_that_catches_up_steps_again_after_other_work(loop: as
     clock = Clock()
     queue = measured(FairQueue(roomy(slow_reader_lag_s=1.0), clock))
     slow = queue.add(stream_job(loop, "a", units=[60] * 10))
-    slow.units_done, slow.delivered = 1, 1
-    slow.playback.delivered(4.0)
-    slow.playback.sent(4.0, produced_at=0.0, now=0.0)
-    slow.delivered, slow.consumed = 2, 1
-    slow.playback.delivered(4.0)
+    slow.units_done, slow.delivered, slow.consumed = 2, 2, 1
+    slow.playback.delivered(8.0)
+    slow.playback.sent(4.0, produced_at=0.0, now=0.0)  # one piece being sent, one waiting
     clock.advance(6.0)
     other = queue.add(fake_job(loop, "b"))
     assert slow.detached
+    slow.playback.ask(clock())
     slow.playback.sent(4.0, produced_at=1.0, now=clock())
-    slow.consumed = 2  # its reader took what waited
-    assert queue.pick({"kokoro"}) is other  # detached: served from what is left
+    slow.consumed = 2  # its reader took what waited, and is sending it
+    assert queue.pick({"kokoro"}) is other
     queue.charge(other, 1.0)
     queue.remove(other)
-    assert queue.pick({"kokoro"}) is slow
+    assert queue.pick({"kokoro"}) is None  # nothing waits, but its writer does not ask yet
+    slow.playback.ask(clock())
+    assert queue.pick({"kokoro"}) is slow  # now it does: one more step, from what is left
 
 
 def test_one_client_address_holds_at_most_its_share_of_the_slots(loop: asyncio.AbstractEventLoop) -> None:
@@ -1144,10 +1144,11 @@ async def test_a_stream_that_runs_dry_records_its_underrun_on_the_job_and_the_en
     await next_piece(pieces)
     ran_dry_at = job.playback.ends_at
     assert ran_dry_at is not None
+    asking = asyncio.ensure_future(next_piece(pieces))  # the writer asks for the next piece at once
     while time.monotonic() < ran_dry_at + 0.2:  # the listener's clock runs out; the second step is held
         await asyncio.sleep(0.02)
     second.set()
-    await next_piece(pieces)
+    await asking
     assert job.underruns == 1 and job.underrun_s >= 0.2
     stats = scheduler.stats()["streams"]
     assert stats["underruns"] == {"kokoro": 1} and stats["underrun_s"]["kokoro"] == pytest.approx(job.underrun_s, abs=1e-5)
