@@ -185,6 +185,11 @@ class Settings(BaseSettings):
     """A response whose reader took no audio for this long while audio waited is dropped (logged); its waiting
     audio is freed."""
 
+    send_buffer_bytes: int = Field(131_072, ge=0, le=64 * 1024 * 1024)
+    """Kernel send buffer of each client connection (SO_SNDBUF; Linux doubles it). It bounds the audio a slow
+    reader's connection absorbs before its response stops taking audio, so it is found behind real time after a few
+    seconds of audio, not ~60 s (the autotuned default holds up to 4 MB). 0 leaves the kernel's autotuning."""
+
     max_client_share: float = Field(0.5, gt=0, le=1)
     """Share of POLYTTS_MAX_INFLIGHT one client address may hold (at least one); more is a 429
     `client_queue_full`. Behind a proxy every client has the proxy's address: raise it to 1 there."""

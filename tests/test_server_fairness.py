@@ -184,7 +184,8 @@ def test_a_fresh_client_is_admitted_while_16_slow_readers_are_connected(tmp_path
     server = ServerProcess(
         tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="16", POLYTTS_MAX_CLIENT_SHARE="1",
         POLYTTS_STREAM_ADMISSION="false", POLYTTS_SLOW_READER_LAG_S="1", POLYTTS_READER_IDLE_LIMIT_S="600",
-        POLYTTS_MAX_BUFFERED_PIECES="1", POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0",
+        POLYTTS_MAX_BUFFERED_PIECES="1", POLYTTS_SEND_BUFFER_BYTES="16384", POLYTTS_PCM_CACHE_BYTES="0",
+        POLYTTS_WAV_CACHE_BYTES="0",
     ).start()  # fmt: skip
     readers = [SlowReader(server.port, f"reader-{i}") for i in range(16)]
     try:
