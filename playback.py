@@ -103,10 +103,16 @@ class Playback:
         return now - self.last_sent_at
 
 
+PRIOR_AUDIO_S_PER_CHAR = 0.07
+"""Speech runs at about 14 characters a second: what an engine is assumed to make before any step is measured."""
+PRIOR_GPU_S_PER_AUDIO_S = 1.0
+"""Assumed before any step is measured: no faster than real time, so a cold engine takes one long stream at a time."""
+
+
 @dataclass
 class EngineSpeed:
     """GPU seconds and audio seconds per character of one engine, the median of its last steps (a step that also
-    loaded the model or prepared a voice does not skew it)."""
+    loaded the model or prepared a voice does not skew it); a pessimistic prior until the first step."""
 
     window: int = 16
     _gpu: collections.deque[float] = field(default_factory=collections.deque)
@@ -126,11 +132,11 @@ class EngineSpeed:
 
     @property
     def gpu_s_per_char(self) -> float:
-        return statistics.median(self._gpu)
+        return statistics.median(self._gpu) if self._gpu else PRIOR_AUDIO_S_PER_CHAR * PRIOR_GPU_S_PER_AUDIO_S
 
     @property
     def audio_s_per_char(self) -> float:
-        return statistics.median(self._audio)
+        return statistics.median(self._audio) if self._audio else PRIOR_AUDIO_S_PER_CHAR
 
     @property
     def real_time_factor(self) -> float:

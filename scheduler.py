@@ -357,15 +357,15 @@ class FairQueue:
             retry_after = policy.retry_after
             if pending_key >= policy.max_pending_per_key:
                 reason, code = f"key {job.key!r} has {pending_key} requests pending", "fairness_key_queue_full"
-            elif job.client is not None and pending_client >= policy.max_per_client:
-                reason = f"this client address has {pending_client} requests pending (at most {policy.max_per_client})"
-                code = "client_queue_full"
             elif pending_engine >= policy.max_pending_per_engine:
                 reason, code = f"engine {job.engine!r} has {pending_engine} requests pending", "engine_queue_full"
             elif len(jobs) >= policy.max_inflight:
                 reason, code = f"{len(jobs)} syntheses in flight", "server_busy"
             elif waiting_chars and waiting_chars + job.chars > policy.max_queued_chars:
                 reason, code = f"{waiting_chars} characters waiting", "server_busy"
+            elif job.client is not None and pending_client >= policy.max_per_client:
+                reason = f"this client address has {pending_client} requests pending (at most {policy.max_per_client})"
+                code = "client_queue_full"
             elif job.is_stream and policy.stream_admission and (refusal := self._stream_refusal(job, jobs, now)):
                 reason, code, retry_after = f"no room for another real-time stream: {refusal.reason}", "stream_capacity_full", refusal.retry_after
             else:
@@ -484,11 +484,14 @@ class FairQueue:
     def _jobs(self) -> list[Job]:
         return [j for state in self.keys.values() for j in state.jobs]
 
+    def _speed(self, engine: str) -> EngineSpeed:
+        speed = self.speeds.get(engine)
+        return speed if speed is not None else EngineSpeed()
+
     def _next_step_s(self, job: Job) -> float:
-        """Estimated GPU seconds of the job's next step (0 while its engine's speed is unknown)."""
-        speed = self.speeds.get(job.engine)
+        """Estimated GPU seconds of the job's next step."""
         left = job.chars_left()
-        return left[0] * speed.gpu_s_per_char if speed is not None and speed.known and left else 0.0
+        return left[0] * self._speed(job.engine).gpu_s_per_char if left else 0.0
 
     def _slack(self, job: Job, now: float) -> float:
         """How long the stream can wait before its next step would start too late for its listener."""
@@ -500,11 +503,6 @@ class FairQueue:
             for j in admitted
             if j.is_stream and not j.cancelled.is_set() and j.chars_left() and not j.playback.reader_lag(now)
         ]
-        unknown = sorted({j.engine for j in [*streams, job] if not self._speed_known(j.engine)})
-        if unknown:
-            if not streams:
-                return None  # nothing to protect: the first stream is how the speed gets measured
-            return Refusal(f"the speed of {', '.join(unknown)} is not measured yet", self.policy.retry_after)
         # A burst of identical requests meets the same streams: the first one's answer stands for a second.
         signature = (job.engine, tuple(job.chars_left()), tuple((j.id, j.units_done) for j in streams))
         memo = self._last_refusal
@@ -525,12 +523,8 @@ class FairQueue:
         self._last_refusal = (signature, now, refusal) if refusal is not None else None
         return refusal
 
-    def _speed_known(self, engine: str) -> bool:
-        speed = self.speeds.get(engine)
-        return speed is not None and speed.known
-
     def _demand(self, job: Job, now: float) -> StreamDemand:
-        speed = self.speeds[job.engine]
+        speed = self._speed(job.engine)
         share = self.policy.stream_gpu_share
         units = [(c * speed.gpu_s_per_char / share, c * speed.audio_s_per_char) for c in job.chars_left()]
         in_hand = job.playback.in_hand(now)
@@ -599,12 +593,7 @@ class FairQueue:
                 "streams": {
                     "admitted": len(streams),
                     "promised_audio_s": round(
-                        sum(
-                            sum(j.chars_left()) * self.speeds[j.engine].audio_s_per_char
-                            for j in streams
-                            if self._speed_known(j.engine)
-                        ),
-                        3,
+                        sum(sum(j.chars_left()) * self._speed(j.engine).audio_s_per_char for j in streams), 3
                     ),
                     "underrun_s": {e: round(self.underrun_s[e], 6) for e in sorted({*self.speeds, *self.underrun_s})},
                     "underruns": {e: self.underruns[e] for e in sorted({*self.speeds, *self.underruns})},

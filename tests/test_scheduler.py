@@ -1011,25 +1011,25 @@ def test_a_newcomer_is_refused_when_its_first_audio_would_wait_too_long_behind_o
     assert err.value.retry_after is not None and err.value.retry_after >= 0.6
 
 
-def test_the_first_stream_is_admitted_before_the_engine_speed_is_known_and_teaches_it(
-    loop: asyncio.AbstractEventLoop,
-) -> None:
+def test_before_its_first_step_an_engine_is_assumed_no_faster_than_real_time(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = FairQueue(roomy(stream_admission=True, retry_after=1.5), clock)
-    first = queue.add(stream_job(loop, "a", units=(150, 120)))
-    with pytest.raises(Busy) as err:
-        queue.add(stream_job(loop, "b"))
-    assert err.value.code == "stream_capacity_full" and "not measured yet" in err.value.message
-    assert err.value.retry_after == 1.5
+    queue = FairQueue(roomy(stream_admission=True), clock)
+    first = queue.add(stream_job(loop, "a", units=[40] + [120] * 20))
+    with pytest.raises(Busy) as err:  # a second long stream: two streams at real time each cannot both keep up
+        queue.add(stream_job(loop, "b", units=[60] + [120] * 20))
+    assert err.value.code == "stream_capacity_full"
+    short = queue.add(stream_job(loop, "c", units=(20,)))  # a one-step stream runs no risk
     assert queue.pick({"kokoro"}) is first
-    clock.advance(3.0)
+    clock.advance(40 * GPU_PER_CHAR)
     first.units_done = 1
-    first.playback.delivered(10.0)
-    first.playback.sent(10.0, produced_at=clock(), now=clock())
-    queue.charge(first, 3.0)
-    queue.learn(first, 3.0, 10.0)
-    assert queue.stats()["streams"]["speed"]["kokoro"] == {"gpu_s_per_audio_s": 0.3, "audio_s_per_char": 0.06667}
-    assert queue.add(stream_job(loop, "b")) is not None
+    first.playback.delivered(40 * AUDIO_PER_CHAR)
+    first.playback.sent(40 * AUDIO_PER_CHAR, produced_at=clock(), now=clock())
+    queue.charge(first, 40 * GPU_PER_CHAR)
+    queue.learn(first, 40 * GPU_PER_CHAR, 40 * AUDIO_PER_CHAR)  # measured: 0.3 GPU seconds per audio second
+    assert queue.stats()["streams"]["speed"]["kokoro"] == {"gpu_s_per_audio_s": 0.303, "audio_s_per_char": 0.066}
+    advance_serving(queue, clock, 15.0)
+    assert short.units_done == 1
+    assert queue.add(stream_job(loop, "b", units=[60] + [120] * 20)) is not None
 
 
 def test_a_reader_behind_real_time_releases_its_slot_and_one_that_takes_nothing_is_dropped(

@@ -259,6 +259,6 @@ def test_rejected_random_keys_leave_no_state_and_key_labels_are_capped(tmp_path:
         assert inflight["rejected"] == 300
         assert metrics.count("polytts_key_gpu_seconds_total{") == 5  # four keys and "(other)"
         assert len(metrics) - before < 1500, len(metrics) - before  # a few more series, not one per key
-        assert 'polytts_admission_rejections_total{code="client_queue_full"} 300.0' in metrics
+        assert 'polytts_admission_rejections_total{code="server_busy"} 300.0' in metrics
     finally:
         server.stop()
