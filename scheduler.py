@@ -338,6 +338,8 @@ class FairQueue:
         """The job whose step is under way (picked, not yet charged), and since when."""
         self.current_since = 0.0
         self._last_refusal: tuple[Any, float, Refusal] | None = None
+        self._next_slot = 0.0
+        """The earliest retry time not yet promised to a refused stream."""
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -503,25 +505,32 @@ class FairQueue:
             for j in admitted
             if j.is_stream and not j.cancelled.is_set() and j.chars_left() and not j.playback.reader_lag(now)
         ]
+        candidate = self._demand(job, now)
         # A burst of identical requests meets the same streams: the first one's answer stands for a second.
         signature = (job.engine, tuple(job.chars_left()), tuple((j.id, j.units_done) for j in streams))
         memo = self._last_refusal
         if memo is not None and memo[0] == signature and now - memo[1] < 1.0:
-            return Refusal(memo[2].reason, max(0.0, memo[2].retry_after - (now - memo[1])))
-        busy_for, running = 0.0, None
-        current = self.current
-        if current is not None and not current.cancelled.is_set():
-            busy_for = max(0.0, self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since))
-            running = current.id if current in streams else None
-        refusal = admission(
-            [self._demand(j, now) for j in streams],
-            self._demand(job, now),
-            busy_for=busy_for,
-            running=running,
-            max_start_wait=self.policy.stream_max_start_wait_s,
-        )
-        self._last_refusal = (signature, now, refusal) if refusal is not None else None
-        return refusal
+            refusal: Refusal | None = Refusal(memo[2].reason, max(0.0, memo[2].retry_after - (now - memo[1])))
+        else:
+            busy_for, running = 0.0, None
+            current = self.current
+            if current is not None and not current.cancelled.is_set():
+                busy_for = max(0.0, self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since))
+                running = current.id if current in streams else None
+            refusal = admission(
+                [self._demand(j, now) for j in streams],
+                candidate,
+                busy_for=busy_for,
+                running=running,
+                max_start_wait=self.policy.stream_max_start_wait_s,
+            )
+            self._last_refusal = (signature, now, refusal) if refusal is not None else None
+        if refusal is None:
+            return None
+        # Refused clients are promised successive slots, one such stream's GPU time apart, not all the same instant.
+        slot = max(now + refusal.retry_after, self._next_slot)
+        self._next_slot = slot + sum(gpu for gpu, _ in candidate.units)
+        return Refusal(refusal.reason, slot - now)
 
     def _demand(self, job: Job, now: float) -> StreamDemand:
         speed = self._speed(job.engine)

@@ -984,6 +984,18 @@ def test_admission_refuses_a_stream_that_would_make_admitted_ones_run_dry_with_a
     assert all(job.underrun_s == 0 for job in [*admitted, late])  # and nobody ran dry
 
 
+def test_streams_refused_together_are_promised_successive_retry_times(loop: asyncio.AbstractEventLoop) -> None:
+    queue, clock, _ = two_streams_at_capacity(loop)
+    retries = []
+    for key in ("c", "d", "e"):
+        with pytest.raises(Busy) as err:
+            queue.add(stream_job(loop, key, units=LONG_UNITS))
+        assert err.value.retry_after is not None
+        retries.append(err.value.retry_after)
+    one_stream = sum(LONG_UNITS) * GPU_PER_CHAR / 0.8  # the GPU time one more such stream takes
+    assert retries[1] == pytest.approx(retries[0] + one_stream) and retries[2] == pytest.approx(retries[1] + one_stream)
+
+
 def test_whole_file_work_and_short_streams_are_still_admitted_when_long_streams_are_refused(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
