@@ -55,7 +55,9 @@ class _StateCollector(Collector):
         for engine, measured in streams["speed"].items():
             speed.add_metric([engine], measured["gpu_s_per_audio_s"])
         yield speed
-        yield GaugeMetricFamily("polytts_streams_admitted", "Streams admitted and still generating", value=streams["admitted"])
+        yield GaugeMetricFamily(
+            "polytts_streams_admitted", "Streams admitted and still generating", value=streams["admitted"]
+        )
         yield GaugeMetricFamily(
             "polytts_responses_detached", "Responses whose readers fell behind real time (holding no slot)",
             value=stats["detached"],

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import heapq
-import math
 import statistics
 from dataclasses import dataclass, field
 

@@ -369,7 +369,8 @@ class FairQueue:
                 reason = f"this client address has {pending_client} requests pending (at most {policy.max_per_client})"
                 code = "client_queue_full"
             elif job.is_stream and policy.stream_admission and (refusal := self._stream_refusal(job, jobs, now)):
-                reason, code, retry_after = f"no room for another real-time stream: {refusal.reason}", "stream_capacity_full", refusal.retry_after
+                reason = f"no room for another real-time stream: {refusal.reason}"
+                code, retry_after = "stream_capacity_full", refusal.retry_after
             else:
                 reason = code = ""
             if reason:
@@ -515,7 +516,8 @@ class FairQueue:
             busy_for, running = 0.0, None
             current = self.current
             if current is not None and not current.cancelled.is_set():
-                busy_for = max(0.0, self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since))
+                left = self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since)
+                busy_for = max(0.0, left)
                 running = current.id if current in streams else None
             refusal = admission(
                 [self._demand(j, now) for j in streams],

@@ -90,7 +90,10 @@ def cache_hits(url: str, args: argparse.Namespace) -> dict[str, Any]:
             sequential[name] = {"requests": len(runs), "requests_per_s": len(runs) / (time.perf_counter() - started)}
     out["latency_s"], out["sequential"] = latency, sequential
     out["concurrent"] = {name: concurrent(url, hit, args.clients, args.requests) for name, hit in hits.items()}
-    out["setup"] = {"text": SHORT_TEXT, "note": "client and server share the machine; latency is client side, body read"}
+    out["setup"] = {
+        "text": SHORT_TEXT,
+        "note": "client and server share the machine; latency is client side, body read",
+    }
     return out
 
 

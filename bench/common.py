@@ -155,7 +155,12 @@ def server_view(url: str) -> dict[str, Any]:
     """What the server says about itself that a result needs: engines, device, limits."""
     with httpx.Client(base_url=url, timeout=30) as client:
         health = client.get("/health").json()
-    return {"url": url, "engines": health.get("engines"), "device": health.get("device"), "limits": health.get("limits")}
+    return {
+        "url": url,
+        "engines": health.get("engines"),
+        "device": health.get("device"),
+        "limits": health.get("limits"),
+    }
 
 
 def section(report: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> None:
@@ -271,7 +276,9 @@ def reap_children(grace: float = 10.0) -> list[int]:
     return left
 
 
-def run_main(benchmark: str, run: Callable[[], dict[str, Any]], out: Path | None, summary: Callable[[dict[str, Any]], str]) -> int:
+def run_main(
+    benchmark: str, run: Callable[[], dict[str, Any]], out: Path | None, summary: Callable[[dict[str, Any]], str]
+) -> int:
     """The end of every script's `main`: run, stop leftover servers, write the JSON, print a summary."""
     stop_on_sigterm()
     try:

@@ -40,7 +40,17 @@ import httpx
 if __package__ in (None, ""):  # run as `python bench/concurrency.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import SHORT_TEXT, SIXTY_WORDS, local_server, new_report, run_main, section, server_timing, server_view, wait_idle  # noqa: E402
+from bench.common import (
+    SHORT_TEXT,
+    SIXTY_WORDS,
+    local_server,
+    new_report,
+    run_main,
+    section,
+    server_timing,
+    server_view,
+    wait_idle,
+)  # noqa: E402
 
 PARAGRAPH = (
     "Ships that sail across the northern sea carry grain, timber and wool to the harbours of the south. The "
@@ -311,7 +321,9 @@ def burst(url: str, args: argparse.Namespace, keyed: bool, ref: Reference) -> di
     }
 
 
-def retry_sample(url: str, refused: list[Listening], keys: list[str | None], args: argparse.Namespace) -> list[dict[str, Any]]:
+def retry_sample(
+    url: str, refused: list[Listening], keys: list[str | None], args: argparse.Namespace
+) -> list[dict[str, Any]]:
     """Retry a few refused streams once each, after their Retry-After (counted from the refusal), all at once."""
     sample = [h for h in refused if h.retry_after_s is not None][: args.retry_sample]
     results: list[dict[str, Any]] = [{} for _ in sample]

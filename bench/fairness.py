@@ -108,7 +108,14 @@ def check_steps(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue  # none, or both keys advanced between two readings: ambiguous
         ((key, step),) = moved.items()
         virtual = {k: prev[k] / weight for k, weight in WEIGHTS.items()}
-        out.append({"t": cur["t"], "key": key, "step_s": round(step, 3), "consistent": virtual[key] <= min(virtual.values()) + 1e-3})
+        out.append(
+            {
+                "t": cur["t"],
+                "key": key,
+                "step_s": round(step, 3),
+                "consistent": virtual[key] <= min(virtual.values()) + 1e-3,
+            }
+        )
     return out
 
 
@@ -141,7 +148,12 @@ def gpu_share(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "steps_checked": len(steps),
         "steps_consistent": sum(s["consistent"] for s in steps),
         "drained_after": drained,
-        "setup": {"in_flight_per_key": args.inflight, "warmup_s": args.warmup, "measured_s": args.seconds, "route": "/tts"},
+        "setup": {
+            "in_flight_per_key": args.inflight,
+            "warmup_s": args.warmup,
+            "measured_s": args.seconds,
+            "route": "/tts",
+        },
         "raw": raw,
     }
 

@@ -22,7 +22,18 @@ import httpx
 if __package__ in (None, ""):  # run as `python bench/overhead.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import SHORT_TEXT, SIXTY_WORDS, local_server, new_report, run_main, section, server_timing, server_view, stats, wait_idle  # noqa: E402
+from bench.common import (
+    SHORT_TEXT,
+    SIXTY_WORDS,
+    local_server,
+    new_report,
+    run_main,
+    section,
+    server_timing,
+    server_view,
+    stats,
+    wait_idle,
+)  # noqa: E402
 
 
 def overhead(url: str, args: argparse.Namespace) -> dict[str, Any]:

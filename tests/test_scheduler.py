@@ -844,11 +844,12 @@ GPU_PER_CHAR = 0.02  # a measured engine: 0.02 GPU seconds and 0.066 audio secon
 AUDIO_PER_CHAR = 0.066
 
 
-def stream_job(loop: asyncio.AbstractEventLoop, key: str, units: Iterable[int] = (60, 120, 120), client: str | None = None,
-               engine: str = "kokoro") -> Job:  # fmt: skip
+def stream_job(
+    loop: asyncio.AbstractEventLoop, key: str, units: Iterable[int] = (60, 120, 120), client: str | None = None
+) -> Job:
     chunks = tuple(units)
     return Job(
-        engine=engine, chars=sum(chunks), steps=fake_steps, loop=loop, key=key, streaming=True, sample_rate=RATE,
+        engine="kokoro", chars=sum(chunks), steps=fake_steps, loop=loop, key=key, streaming=True, sample_rate=RATE,
         unit_chars=chunks, client=client,
     )  # fmt: skip
 
@@ -1060,7 +1061,7 @@ def test_a_reader_behind_real_time_releases_its_slot_and_one_that_takes_nothing_
     with pytest.raises(Busy):
         queue.add(stream_job(loop, "c"))
     clock.advance(0.1)
-    fresh = queue.add(stream_job(loop, "c", units=(60,)))  # 5 s behind: its slot is released
+    queue.add(stream_job(loop, "c", units=(60,)))  # 5 s behind: its slot is released
     assert slow.detached and queue.stats()["detached"] == 1 and queue.stats()["running"] + queue.stats()["waiting"] == 2
     for _ in range(2):  # "b" and the fresh one; a detached job whose writer does not ask gets no step
         job = queue.pick({"kokoro"})
@@ -1163,7 +1164,8 @@ async def test_a_stream_that_runs_dry_records_its_underrun_on_the_job_and_the_en
     await asking
     assert job.underruns == 1 and job.underrun_s >= 0.2
     stats = scheduler.stats()["streams"]
-    assert stats["underruns"] == {"kokoro": 1} and stats["underrun_s"]["kokoro"] == pytest.approx(job.underrun_s, abs=1e-5)
+    assert stats["underruns"] == {"kokoro": 1}
+    assert stats["underrun_s"]["kokoro"] == pytest.approx(job.underrun_s, abs=1e-5)
     assert stats["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(piece_s / 10)  # learned from its steps
     with pytest.raises(StopAsyncIteration):
         await next_piece(pieces)

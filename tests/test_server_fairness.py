@@ -242,7 +242,8 @@ def test_rejected_random_keys_leave_no_state_and_key_labels_are_capped(tmp_path:
     try:
         with server.client() as client:
             for i in range(6):  # admitted keys, one after the other: listed up to the cap, the rest summed
-                assert client.post("/tts", json={"text": "Hi."}, headers={"X-Fairness-Key": f"user-{i}"}).status_code == 200
+                user = {"X-Fairness-Key": f"user-{i}"}
+                assert client.post("/tts", json={"text": "Hi."}, headers=user).status_code == 200
             before = len(client.get("/metrics").text)
             with client.stream("POST", "/tts/stream", json={"text": LONG, "language": "en"}) as held:
                 assert held.status_code == 200
@@ -250,8 +251,8 @@ def test_rejected_random_keys_leave_no_state_and_key_labels_are_capped(tmp_path:
                 next(pieces)
                 with httpx.Client(base_url=server.url, timeout=30) as other:
                     for _ in range(300):
-                        key = uuid.uuid4().hex
-                        assert other.post("/tts", json={"text": SHORT}, headers={"X-Fairness-Key": key}).status_code == 429
+                        stranger = {"X-Fairness-Key": uuid.uuid4().hex}
+                        assert other.post("/tts", json={"text": SHORT}, headers=stranger).status_code == 429
                 inflight = client.get("/health").json()["inflight"]
                 metrics = client.get("/metrics").text
         keys = inflight["keys"]
