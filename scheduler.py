@@ -15,16 +15,17 @@ Who steps next (`FairQueue.pick`), after dropping cancelled jobs:
 3. whole-file work (`/tts`, batch), by weighted fair share between keys: the key with the least GPU time used
    divided by its weight; a key's whole-file jobs keep their order;
 4. streams far ahead of their listeners, closest to running dry first;
-5. responses whose readers fell behind real time (detached), once they have taken all their audio.
+5. responses whose readers fell behind real time (detached), once their writer has sent all their audio and asks
+   for more.
 A key that becomes busy starts level with the least-served busy key (no credit for having been idle), and its
 used time is forgotten once it has been idle for `idle_state_ttl_s`. While one engine is resident, the resident
 engine keeps the thread as long as it has work, until another engine's oldest request has waited
 `engine_switch_max_wait_s`.
 
-Admission (`FairQueue.add`) refuses with 429 what would exceed a bound: per key, per client address, per engine, in
-flight, characters waiting, and for streams the real-time capacity (`playback.admission`: the engine's measured
+Admission (`FairQueue.add`) refuses with 429 what would exceed a bound: per key, per engine, in flight, characters
+waiting, per client address, and for streams the real-time capacity (`playback.admission`: the engine's measured
 speed and the audio promised to admitted streams). A response whose reader falls behind real time stops holding a
-slot, and one whose reader takes nothing for `reader_idle_limit_s` is dropped."""
+slot, and one whose reader takes nothing for `reader_idle_limit_s` is dropped. A rejection creates no key state."""
 
 from __future__ import annotations
 
