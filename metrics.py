@@ -1,5 +1,8 @@
 """Prometheus metrics (`GET /metrics`): request outcomes and timings as they happen, queue and residency state read
-from the scheduler and the model manager at scrape time."""
+from the scheduler and the model manager at scrape time.
+
+Label values stay bounded: engines and admission codes are fixed sets, and the scheduler lists at most
+`max_key_labels` fairness keys (the rest summed under `(other)`)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,35 @@ class _StateCollector(Collector):
             depth.add_metric([engine, "running"], counts["running"])
             depth.add_metric([engine, "waiting"], counts["waiting"])
         yield depth
+        streams = stats["streams"]
+        underrun = CounterMetricFamily(
+            "polytts_stream_underrun_seconds", "Time listeners playing streams in real time waited for audio",
+            labels=["engine"],
+        )  # fmt: skip
+        underruns = CounterMetricFamily("polytts_stream_underruns", "Times a stream ran dry", labels=["engine"])
+        for engine, seconds in streams["underrun_s"].items():
+            underrun.add_metric([engine], seconds)
+            underruns.add_metric([engine], streams["underruns"].get(engine, 0))
+        yield underrun
+        yield underruns
+        speed = GaugeMetricFamily(
+            "polytts_engine_gpu_seconds_per_audio_second", "Measured speed of each engine (recent steps)",
+            labels=["engine"],
+        )  # fmt: skip
+        for engine, measured in streams["speed"].items():
+            speed.add_metric([engine], measured["gpu_s_per_audio_s"])
+        yield speed
+        yield GaugeMetricFamily(
+            "polytts_streams_admitted", "Streams admitted and still generating", value=streams["admitted"]
+        )
+        yield GaugeMetricFamily(
+            "polytts_responses_detached", "Responses whose readers fell behind real time (holding no slot)",
+            value=stats["detached"],
+        )  # fmt: skip
+        rejected = CounterMetricFamily("polytts_admission_rejections", "Requests refused at admission", labels=["code"])
+        for code, count in stats["rejected_by_code"].items():
+            rejected.add_metric([code], count)
+        yield rejected
         units = self.manager_status()["units"]
         resident = GaugeMetricFamily("polytts_engine_resident", "1 when the engine is loaded", labels=["engine"])
         loads = CounterMetricFamily("polytts_engine_loads", "Engine loads", labels=["engine"])

@@ -72,13 +72,15 @@ def create_app(settings: Settings | None = None, build: Callable[[Settings], Ser
     return app
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
     """Bind the listening socket ourselves: uvicorn exits 0 on a port in use, which a supervisor reads as a stop."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and without it the last small
     # write of a response waits ~40 ms for the client's delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer:  # inherited by every accepted connection: bounds what a slow reader's connection absorbs
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -155,7 +157,7 @@ def main() -> int:
     except RuntimeRefused as exc:
         log.error("%s", exc)
         return 3
-    sock = _bind(settings.host, settings.port)
+    sock = _bind(settings.host, settings.port, settings.send_buffer_bytes)
     app = create_app(settings)
     # The drain has waited for the work under way already; what is left when uvicorn shuts down is cut quickly.
     config = uvicorn.Config(app, log_level=settings.log_level, log_config=None, access_log=False,

@@ -152,6 +152,45 @@ class ServiceSettings(EngineSettings):
     request_timeout_s: float = Field(600.0, ge=0)
     """A synthesis still running after this long is dropped before its next step (504); 0 means no limit."""
 
+    # --- real-time streams and slow readers (scheduler.FairnessPolicy) ---
+    stream_admission: bool = True
+    """Refuse a new stream (429 `stream_capacity_full`) that the GPU thread could not keep in real time next to the
+    admitted ones. Off: streams are admitted by the count bounds only, and run dry under load."""
+
+    stream_gpu_share: float = Field(0.8, gt=0, le=1)
+    """Admission plans streams with this share of the GPU thread, from the engine's measured speed and the audio
+    promised to admitted streams; the rest absorbs misestimates and whole-file work."""
+
+    stream_max_start_wait_s: float = Field(5.0, gt=0)
+    """A new stream whose first step would start this long after the step under way, behind other streams' first
+    steps, is a 429 `stream_capacity_full`. Running streams keep this much audio in hand beyond their next step
+    before whole-file work goes first."""
+
+    slow_reader_lag_s: float = Field(10.0, gt=0)
+    """A streamed response whose reader is this far behind real time (audio waiting for it) stops holding an
+    admission slot; it gets its next step once it has taken what waits."""
+
+    reader_idle_limit_s: float = Field(60.0, gt=0)
+    """A response whose reader took no audio for this long while audio waited is dropped (logged); its waiting
+    audio is freed."""
+
+    send_buffer_bytes: int = Field(131_072, ge=0, le=64 * 1024 * 1024)
+    """Kernel send buffer of each client connection (SO_SNDBUF; Linux doubles it). It bounds the audio a slow
+    reader's connection absorbs before its response stops taking audio, so it is found behind real time after a few
+    seconds of audio, not ~60 s (the autotuned default holds up to 4 MB). 0 leaves the kernel's autotuning."""
+
+    max_client_share: float = Field(0.5, gt=0, le=1)
+    """Share of POLYTTS_MAX_INFLIGHT one client address may hold (at least one); more is a 429
+    `client_queue_full`. Behind a proxy every client has the proxy's address: raise it to 1 there."""
+
+    max_tracked_keys: int = Field(256, ge=1)
+    """Idle fairness keys whose used GPU time is remembered; beyond it the longest idle are forgotten. Rejected
+    requests never create a key's state."""
+
+    max_key_labels: int = Field(32, ge=1)
+    """Fairness keys listed one by one in /health, /admin/scheduler and /metrics (busiest first); the rest are
+    summed under the key `(other)`."""
+
     retry_after_seconds: float = Field(2.0, gt=0)
     """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
 
@@ -225,6 +264,14 @@ class ServiceSettings(EngineSettings):
             max_inflight=self.max_inflight,
             max_queued_chars=self.max_queued_chars,
             retry_after=self.retry_after_seconds,
+            stream_admission=self.stream_admission,
+            stream_gpu_share=self.stream_gpu_share,
+            stream_max_start_wait_s=self.stream_max_start_wait_s,
+            slow_reader_lag_s=self.slow_reader_lag_s,
+            reader_idle_limit_s=self.reader_idle_limit_s,
+            max_client_share=self.max_client_share,
+            max_tracked_keys=self.max_tracked_keys,
+            max_key_labels=self.max_key_labels,
         )
 
 

@@ -73,6 +73,10 @@ class RequestContext:
     route: str
     principal: str = "anonymous"
     """The fairness key the request counts against."""
+    streaming: bool = False
+    """The answer is played as it arrives: the scheduler keeps it ahead of its listener (a playback clock)."""
+    client: str | None = None
+    """The client's address: one address holds at most a share of the admission slots."""
     engine: str | None = None
     """The engine the request asked for by name (an OpenAI `model`); its voice must belong to it."""
     disconnected: Callable[[], Awaitable[None]] | None = None
@@ -95,6 +99,8 @@ class Timings:
     outcome: str | None = None
     in_flight: bool = False
     """Counted in `SynthesisService.in_flight` until it ends."""
+    underrun: float | None = None
+    """Streams only: seconds a listener playing in real time would have stalled (scheduler.Job.underrun_s)."""
 
     def audio_seconds(self) -> float:
         return self.audio_bytes / 2 / self.plan.engine.sample_rate if self.plan else 0.0
@@ -120,7 +126,8 @@ class Timings:
             f"voice={plan.voice_key if plan else '-'} chars={plan.chars if plan else 0} "
             f"chunks={len(plan.chunks) if plan else 0} cache={self.cache} queue={self.queue_wait:.3f}s "
             f"ttfa={f'{ttfa:.3f}s' if ttfa is not None else '-'} synth={self.synthesis:.3f}s total={self.total:.3f}s "
-            f"audio={self.audio_seconds():.2f}s rtf={f'{rtf:.3f}' if rtf is not None else '-'}"
+            f"audio={self.audio_seconds():.2f}s rtf={f'{rtf:.3f}' if rtf is not None else '-'} "
+            f"underrun={f'{self.underrun:.3f}s' if self.underrun is not None else '-'}"
         )
 
     def server_timing(self) -> str:
@@ -133,6 +140,8 @@ class Timings:
         parts += [f'chars;desc="{chars}"', f'audio;desc="{self.audio_seconds():.3f}"']
         if (rtf := self.real_time_factor) is not None:
             parts.append(f'rtf;desc="{rtf:.3f}"')
+        if self.underrun is not None:
+            parts.append(f"underrun;dur={self.underrun * 1000:.1f}")
         return ", ".join(parts)
 
 
@@ -548,7 +557,10 @@ class SynthesisService:
             loop=asyncio.get_running_loop(),
             key=ctx.principal,
             deadline=time.monotonic() + timeout if timeout else None,
-            units_total=None if live is not None else len(plan.chunks),
+            streaming=ctx.streaming,
+            sample_rate=engine.sample_rate,
+            unit_chars=() if live is not None else tuple(len(chunk.text) for chunk in plan.chunks),
+            client=ctx.client,
             ready=live.ready if live is not None else None,
         )
         return self.scheduler.submit(job)
@@ -584,6 +596,8 @@ class SynthesisService:
             if job.started_at is not None:
                 timings.queue_wait = job.started_at - job.submitted_at
             timings.synthesis = job.gpu_seconds
+            if job.streaming:
+                timings.underrun = job.underrun_s
             self.finish(timings, outcome)
 
     @staticmethod

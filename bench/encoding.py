@@ -33,8 +33,8 @@ if str(ROOT) not in sys.path:  # run as `python bench/encoding.py`: the project 
 import httpx  # noqa: E402
 
 from audio import AUDIO_FORMATS, open_encoder, to_pcm16  # noqa: E402
-from bench.fairness import host_info, stats  # noqa: E402
-from bench.stream import CASES, local_server  # noqa: E402
+from bench.common import host_info, in_process_engine, local_server, stats  # noqa: E402
+from bench.stream import CASES  # noqa: E402
 from settings import load_settings  # noqa: E402
 
 TEXT = CASES["sixty_words"]
@@ -95,37 +95,15 @@ def bench_http(url: str, runs: int, voice: str, api_key: str | None) -> dict[str
 
 
 def synthesize(voice_name: str | None) -> dict[str, Any]:
-    """The 60-word text through the default engine as the service chunks it: each PCM piece with the time, from the
-    start, at which it was ready."""
-    from engines.base import SynthesisOptions
-    from server import build_engines
-    from text import chunk_text, resolve_language
-
-    settings = load_settings()
-    engine = build_engines(settings)[settings.default_engine]
-    engine.load()
-    try:
-        engine.warmup()
-        name = voice_name or settings.default_voice
-        voice = next((v for v in engine.builtin_voices() if v.name == name), None)
-        if voice is None:
-            raise SystemExit(f"{name!r} is not a built-in voice of {engine.name}; pass --voice")
-        caps = engine.caps
-        chunks = chunk_text(
-            TEXT, caps.first_chunk_chars or caps.max_chunk_chars, caps.max_chunk_chars, caps.max_sentences
-        )
-        options = SynthesisOptions(language=resolve_language("en"), params=dict(engine.params))
+    """The 60-word text through the default engine as the service chunks and joins it: each PCM piece with the time,
+    from the start, at which it was ready."""
+    with in_process_engine(voice_name) as speak:
         pieces: list[tuple[float, bytes]] = []
         started = time.perf_counter()
-        for chunk in chunks:
-            handle = engine.prepare_voice(voice)
-            for samples in engine.stream(chunk, handle, options):
-                pieces.append((time.perf_counter() - started, to_pcm16(samples)))
-        engine.release()
-        return {"engine": engine.name, "voice": name, "sample_rate": engine.sample_rate,
-                "synth_s": time.perf_counter() - started, "pieces": pieces}  # fmt: skip
-    finally:
-        engine.unload()
+        for samples in speak(TEXT):
+            pieces.append((time.perf_counter() - started, to_pcm16(samples)))
+        return {"voice": voice_name, "sample_rate": 24_000, "synth_s": time.perf_counter() - started,
+                "pieces": pieces}  # fmt: skip
 
 
 def encode_timed(fmt: str, pieces: list[tuple[float, bytes]], rate: int) -> dict[str, Any]:

@@ -1,23 +1,20 @@
 """Run every benchmark and combine their results into one JSON file.
 
-    python bench/run_all.py                         # bench/stream.py, then bench/fairness.py, each starting its own server
-    python bench/run_all.py --url URL               # both against a running server (caches off; see each script)
-    python bench/run_all.py --skip stream           # only some of them
-    python bench/run_all.py --fairness-args "--runs 5 --share-seconds 60"
+    python bench/run_all.py                                  # each benchmark starts its own server
+    python bench/run_all.py --skip cache_hits --skip overhead
+    python bench/run_all.py --args concurrency="--runs 3 --burst 20" --args fairness="--seconds 30"
+    python bench/run_all.py --url URL                        # all against one running server (see each script)
 
-Each benchmark runs as a subprocess with this same Python and writes its own JSON (`--out` is passed, into
-`bench/results/`); this script reads those files back and writes `bench/results/all-<UTC time>.json` holding all of
-them, with each one's exit status and duration. It exits non-zero when any benchmark failed.
+Each benchmark runs as a subprocess with this same Python and writes its own JSON (`--out`, into `bench/results/`);
+this script reads them back and writes `bench/results/all-<UTC time>.json` holding all of them, with each one's exit
+status and duration. It exits non-zero when any benchmark failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -25,8 +22,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = {"stream": "bench/stream.py", "fairness": "bench/fairness.py"}
+if __package__ in (None, ""):  # run as `python bench/run_all.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import RESULTS, ROOT, new_report, stop_on_sigterm, write_report  # noqa: E402
+
+BENCHMARKS = {
+    "stream": "bench/stream.py",
+    "concurrency": "bench/concurrency.py",
+    "fairness": "bench/fairness.py",
+    "overhead": "bench/overhead.py",
+    "cache_hits": "bench/cache_hits.py",
+}
 
 
 def run_one(name: str, script: str, out: Path, extra: list[str], timeout: float | None) -> dict[str, Any]:
@@ -62,44 +69,34 @@ def run_one(name: str, script: str, out: Path, extra: list[str], timeout: float 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running server for every benchmark; default: each starts its own")
-    parser.add_argument("--skip", action="append", choices=sorted(BENCHMARKS), default=[], help="skip a benchmark (repeatable)")
-    parser.add_argument("--stream-args", default="", help="extra arguments for bench/stream.py, one string")
-    parser.add_argument("--fairness-args", default="", help="extra arguments for bench/fairness.py, one string")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per benchmark (default 1800)")
+    parser.add_argument("--skip", action="append", choices=sorted(BENCHMARKS), default=[], help="skip one (repeatable)")
+    parser.add_argument("--args", action="append", default=[], metavar="NAME=ARGS",
+                        help="extra arguments for one benchmark, e.g. concurrency='--runs 3' (repeatable)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per benchmark (default 3600)")
     parser.add_argument("--out", type=Path, help="combined JSON path; default bench/results/all-<UTC>.json")
     args = parser.parse_args()
-
-    def on_sigterm(signum: int, frame: object) -> None:  # unwind, so the running benchmark is stopped too
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    extras: dict[str, list[str]] = {}
+    for item in args.args:
+        name, _, value = item.partition("=")
+        if name not in BENCHMARKS:
+            parser.error(f"--args {item!r}: no benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
+        extras[name] = shlex.split(value)
+    stop_on_sigterm()
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-    results_dir = ROOT / "bench" / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    extras = {"stream": shlex.split(args.stream_args), "fairness": shlex.split(args.fairness_args)}
-    combined: dict[str, Any] = {
-        "benchmark": "all",
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "url": args.url,
-        "benchmarks": {},
-    }
+    combined = new_report("all", args)
+    combined["benchmarks"] = {}
     for name, script in BENCHMARKS.items():
         if name in args.skip:
             continue
-        extra = [*(["--url", args.url] if args.url else []), *extras[name]]
-        out = results_dir / f"{name}-{stamp}.json"
-        combined["benchmarks"][name] = run_one(name, script, out, extra, args.timeout)
-    failed = sorted(name for name, entry in combined["benchmarks"].items() if entry.get("error"))
-    combined["failed"] = failed
-    out = args.out or results_dir / f"all-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(combined, indent=2) + "\n")
+        extra = [*(["--url", args.url] if args.url else []), *extras.get(name, [])]
+        combined["benchmarks"][name] = run_one(name, script, RESULTS / f"{name}-{stamp}.json", extra, args.timeout)
+    combined["failed"] = sorted(name for name, entry in combined["benchmarks"].items() if entry.get("error"))
+    path = write_report(combined, args.out or RESULTS / f"all-{stamp}.json")
     for name, entry in combined["benchmarks"].items():
         status = "ok" if not entry.get("error") else entry["error"]
         sys.stdout.write(f"{name}: {status} ({entry['elapsed_s']:.0f}s) -> {entry['out']}\n")
-    sys.stdout.write(f"wrote {out}\n")
-    return 1 if failed else 0
+    sys.stdout.write(f"wrote {path}\n")
+    return 1 if combined["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -1,105 +1,32 @@
-"""Streaming latency benchmark: time to first audio, total time and real-time factor over HTTP.
+"""Streaming latency: time to first audio, total time and real-time factor of one request alone, over HTTP.
 
     python bench/stream.py                   # starts server.py on a free port with caches off, then stops it
     python bench/stream.py --url URL         # against a running server (start it with POLYTTS_*_CACHE_BYTES=0)
 
-Writes one JSON file (default `bench/results/stream-<UTC time>.json`) to compare run to run.
+Writes `bench/results/stream-<UTC time>.json` (or `--out`) to compare run to run.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import socket
+import contextlib
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-CASES = {
-    "one_sentence": "The quick brown fox jumps over the lazy dog near the riverbank.",
-    "sixty_words": (
-        "Streaming speech lets an application start playing audio long before the whole answer is ready. "
-        "The service splits the text into sentences, keeps the first piece short, and sends each piece as soon "
-        "as the model produces it. Listeners hear the first words almost at once, while the rest of the "
-        "paragraph is still being generated in the background on the same machine."
-    ),
-}
+if __package__ in (None, ""):  # run as `python bench/stream.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import SHORT_TEXT, SIXTY_WORDS, local_server, measure_stream, new_report, run_main, server_view  # noqa: E402
+
+CASES = {"one_sentence": SHORT_TEXT, "sixty_words": SIXTY_WORDS}
 
 
-@contextmanager
-def local_server(extra_env: Mapping[str, str] | None = None, caches: bool = False) -> Iterator[str]:
-    """server.py on a free port in a temporary folder; caches off unless asked (their default sizes then)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {
-            **os.environ,
-            **(extra_env or {}),
-            "POLYTTS_PORT": str(port),
-            "POLYTTS_VOICES_DIR": f"{tmp}/voices",
-            "POLYTTS_CACHE_DIR": f"{tmp}/cache",
-            "POLYTTS_LOG_LEVEL": "warning",
-        }
-        if not caches:
-            env |= {"POLYTTS_WAV_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
-        proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_ready(url)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-
-def wait_ready(url: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/ready", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready after {timeout}s")
-
-
-def measure(client: httpx.Client, text: str, voice: str | None) -> dict[str, float | str]:
-    body = {"text": text, "language": "en", **({"voice_id": voice} if voice else {})}
-    started = time.perf_counter()
-    first = None
-    size = 0
-    with client.stream("POST", "/tts/stream", json=body) as response:
-        response.raise_for_status()
-        rate = int(response.headers["x-sample-rate"])
-        cache = response.headers.get("x-cache", "")
-        for chunk in response.iter_raw():
-            if first is None:
-                first = time.perf_counter() - started
-            size += len(chunk)
-    total = time.perf_counter() - started
-    audio = size / 2 / rate
-    return {"ttfa_s": first or total, "total_s": total, "audio_s": audio, "rtf": total / audio, "cache": cache}
-
-
-def summarize(runs: list[dict[str, float | str]]) -> dict[str, object]:
-    out: dict[str, object] = {"runs": runs}
+def summarize(runs: list[dict[str, float | str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"runs": runs}
     for key in ("ttfa_s", "total_s", "audio_s", "rtf"):
         values = [float(r[key]) for r in runs]
         out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
@@ -107,21 +34,25 @@ def summarize(runs: list[dict[str, float | str]]) -> dict[str, object]:
     return out
 
 
-def run(url: str, runs: int, voice: str | None) -> dict[str, object]:
-    with httpx.Client(base_url=url, timeout=600) as client:
-        health = client.get("/health").json()
-        measure(client, "Warm up.", voice)  # the first call pays for lazy set-up; not what we measure
-        results = {name: summarize([measure(client, text, voice) for _ in range(runs)]) for name, text in CASES.items()}
-    return {
-        "benchmark": "stream",
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "server": {"url": url, "engines": health.get("engines"), "device": health.get("device")},
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "runs_per_case": runs,
-        "words": {name: len(text.split()) for name, text in CASES.items()},
-        "results": results,
-    }
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    report = new_report("stream", args)
+    with contextlib.ExitStack() as stack:
+        url = args.url or stack.enter_context(local_server())
+        report["server"] = server_view(url)
+        with httpx.Client(base_url=url, timeout=600) as client:
+            measure_stream(client, "Warm up.", args.voice)  # the first call pays for lazy set-up; not what we measure
+            for name, text in CASES.items():
+                runs = [measure_stream(client, text, args.voice) for _ in range(args.runs)]
+                report["figures"][name] = {"words": len(text.split()), **summarize(runs)}
+    return report
+
+
+def summary(report: dict[str, Any]) -> str:
+    lines = []
+    for name, result in report["figures"].items():
+        ttfa, total, rtf = (result[k]["median"] for k in ("ttfa_s", "total_s", "rtf"))
+        lines.append(f"{name}: ttfa {ttfa:.3f}s  total {total:.3f}s  rtf {rtf:.3f}  (median of {len(result['runs'])})")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -131,19 +62,7 @@ def main() -> int:
     parser.add_argument("--voice", help="voice id or built-in name; default: the server's default voice")
     parser.add_argument("--out", type=Path, help="JSON output path")
     args = parser.parse_args()
-    if args.url:
-        report = run(args.url, args.runs, args.voice)
-    else:
-        with local_server() as url:
-            report = run(url, args.runs, args.voice)
-    out = args.out or ROOT / "bench" / "results" / f"stream-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    for name, result in report["results"].items():  # type: ignore[union-attr]
-        ttfa, total, rtf = (result[k]["median"] for k in ("ttfa_s", "total_s", "rtf"))
-        sys.stdout.write(f"{name}: ttfa {ttfa:.3f}s  total {total:.3f}s  rtf {rtf:.3f}  (median of {args.runs})\n")
-    sys.stdout.write(f"wrote {out}\n")
-    return 0
+    return run_main("stream", lambda: run(args), args.out, summary)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from errors import Busy
-from scheduler import FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
+from playback import EngineSpeed
+from scheduler import OTHER_KEYS, FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
 
 WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
 
@@ -69,6 +70,7 @@ def roomy(**overrides: object) -> FairnessPolicy:
         "max_pending_per_engine": 1000,
         "max_inflight": 1000,
         "max_queued_chars": 10**9,
+        "stream_admission": False,
     }
     values.update(overrides)
     return FairnessPolicy(**values)  # type: ignore[arg-type]
@@ -334,7 +336,9 @@ def test_engine_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
     stats = queue.stats()
     assert stats["rejected"] == 1
     assert stats["engines"]["kokoro"]["rejected"] == 1 and stats["engines"]["voxcpm"]["rejected"] == 0
-    assert stats["keys"]["c"]["rejected"] == 1 and stats["keys"]["c"]["waiting"] == 1
+    # "c" had no state when it was refused: counted without creating one, under OTHER_KEYS
+    assert stats["keys"]["c"]["rejected"] == 0 and stats["keys"]["c"]["waiting"] == 1
+    assert stats["keys"][OTHER_KEYS]["rejected"] == 1 and stats["rejected_by_code"] == {"engine_queue_full": 1}
 
 
 def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) -> None:
@@ -352,7 +356,7 @@ def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) ->
     queue.add(fake_job(loop, "c", engine="qwen"))  # room again
     stats = queue.stats()
     assert stats["rejected"] == 1
-    assert stats["keys"]["c"]["rejected"] == 1
+    assert stats["keys"]["c"]["rejected"] == 0 and stats["keys"][OTHER_KEYS]["rejected"] == 1
     assert stats["engines"]["qwen"] == {"running": 0, "waiting": 1, "rejected": 1}
 
 
@@ -370,7 +374,7 @@ def test_queued_characters_bound_is_a_server_busy_429(loop: asyncio.AbstractEven
     queue.add(fake_job(loop, "c", chars=40))  # exactly at the bound is admitted
     stats = queue.stats()
     assert stats["queued_chars"] == 100 and stats["running"] == 1 and stats["waiting"] == 2
-    assert stats["rejected"] == 1 and stats["keys"]["c"]["rejected"] == 1
+    assert stats["rejected"] == 1 and stats["keys"][OTHER_KEYS]["rejected"] == 1
     assert stats["engines"]["kokoro"]["rejected"] == 1
 
 
@@ -383,7 +387,9 @@ def test_rejections_are_counted_per_key_and_engine(loop: asyncio.AbstractEventLo
             queue.add(fake_job(loop, key, engine=engine))
     stats = queue.stats()
     assert stats["rejected"] == 4
-    assert {key: s["rejected"] for key, s in stats["keys"].items()} == {"a": 2, "b": 1, "c": 1}
+    # keys with state count their own rejections; "c" never had any, so no state was made for it
+    assert {key: s["rejected"] for key, s in stats["keys"].items()} == {"a": 2, "b": 1, OTHER_KEYS: 1}
+    assert "c" not in queue.keys
     assert {engine: s["rejected"] for engine, s in stats["engines"].items()} == {"kokoro": 2, "voxcpm": 2}
 
 
@@ -610,6 +616,7 @@ async def test_cancelling_after_the_first_piece_stops_before_the_next_step(gpu: 
 async def test_cancelling_mid_step_closes_the_stream_without_running_it_to_its_end(gpu: GpuThread) -> None:
     scheduler = scheduler_for(gpu)
     hold = threading.Semaphore(0)
+    resumed = threading.Event()
     produced: list[int] = []
     stream_closed = threading.Event()
     steps_closed = threading.Event()
@@ -620,6 +627,7 @@ async def test_cancelling_mid_step_closes_the_stream_without_running_it_to_its_e
                 produced.append(i)
                 yield piece(i)
                 if i == 0:
+                    resumed.set()  # the scheduler has handed piece 0 over and looked for a cancel
                     assert hold.acquire(timeout=WAIT)
         finally:
             stream_closed.set()
@@ -634,6 +642,7 @@ async def test_cancelling_mid_step_closes_the_stream_without_running_it_to_its_e
     job = scheduler.submit(make_job("a", steps))
     pieces = job.pieces()
     assert values([await next_piece(pieces)]) == [0]
+    assert await asyncio.to_thread(resumed.wait, WAIT)
     job.cancel()
     hold.release()
     assert values([await next_piece(pieces)]) == [1]  # the piece already being produced is handed over
@@ -824,3 +833,352 @@ def test_a_cancelled_job_is_dropped_first_even_behind_others(loop: asyncio.Abstr
     assert queue.pick({"kokoro"}) is late and "timed out" in (late.cancel_reason or "")
     queue.remove(late)
     assert queue.pick({"kokoro"}) is head
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Streams: playback-aware order, admission by measured speed, slow readers, per-address share, key state caps
+# --------------------------------------------------------------------------------------------------------------------
+
+RATE = 24_000
+GPU_PER_CHAR = 0.02  # a measured engine: 0.02 GPU seconds and 0.066 audio seconds per character
+AUDIO_PER_CHAR = 0.066
+
+
+def stream_job(
+    loop: asyncio.AbstractEventLoop, key: str, units: Iterable[int] = (60, 120, 120), client: str | None = None
+) -> Job:
+    chunks = tuple(units)
+    return Job(
+        engine="kokoro", chars=sum(chunks), steps=fake_steps, loop=loop, key=key, streaming=True, sample_rate=RATE,
+        unit_chars=chunks, client=client,
+    )  # fmt: skip
+
+
+def measured(queue: FairQueue, engine: str = "kokoro") -> FairQueue:
+    queue.speeds.setdefault(engine, EngineSpeed()).learn(100, 100 * GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
+    return queue
+
+
+def serve(queue: FairQueue, clock: Clock, resident: Iterable[str] = ("kokoro",)) -> Job:
+    """Pick, run one step (its GPU time on the fake clock), hand its audio to a reader who takes it at once."""
+    job = queue.pick(set(resident))
+    assert job is not None
+    chars = job.chars_left()[0] if job.chars_left() else job.chars
+    seconds = chars * GPU_PER_CHAR
+    clock.advance(seconds)
+    if job.is_stream:
+        audio = chars * AUDIO_PER_CHAR
+        job.playback.delivered(audio)
+        job.playback.sent(audio, produced_at=clock(), now=clock())
+    job.units_done += 1
+    queue.charge(job, seconds)
+    if job.units_total is not None and job.units_done >= job.units_total:
+        queue.remove(job)
+    return job
+
+
+@pytest.mark.parametrize("key", ["anonymous", "alice"])
+def test_a_newcomer_of_the_same_key_starts_after_the_step_under_way(loop: asyncio.AbstractEventLoop, key: str) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(), clock))
+    first = queue.add(stream_job(loop, key, units=[60] + [120] * 20))
+    batch = queue.add(fake_job(loop, key, chars=5000))  # a long whole-file job of the same key, admitted before
+    for _ in range(3):
+        serve(queue, clock)
+    newcomer = queue.add(stream_job(loop, key, units=(60, 120)))
+    assert queue.pick({"kokoro"}) is newcomer  # not behind the first stream's whole text, nor the batch job
+    assert first in queue.keys[key].jobs and batch in queue.keys[key].jobs
+
+
+def test_newcomers_start_in_order_of_arrival_whatever_their_keys_and_weights(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(weights={"gold": 10.0}), clock))
+    queue.add(fake_job(loop, "gold", chars=5000))
+    jobs = [queue.add(stream_job(loop, key)) for key in ("anonymous", "gold", "anonymous", "bob")]
+    assert [serve(queue, clock) for _ in jobs] == jobs
+
+
+def test_a_stream_ahead_of_its_listener_yields_to_one_near_underrun_and_to_whole_file_work(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock(100.0)
+    queue = measured(FairQueue(roomy(), clock))
+    ahead = queue.add(stream_job(loop, "a", units=[60] + [120] * 10))
+    near = queue.add(stream_job(loop, "b", units=[60] + [120] * 10))
+    whole = queue.add(fake_job(loop, "c", chars=120))
+    whole.unit_chars, whole.units_total = (120,), 1
+    for job, in_hand in ((ahead, 30.0), (near, 1.0)):  # both started: a first piece sent, listeners playing
+        job.units_done = 1
+        job.playback.delivered(in_hand)
+        job.playback.sent(in_hand, produced_at=clock(), now=clock())
+    assert queue.pick({"kokoro"}) is near  # 1 s in hand < its next step (2.4 s) + the whole-file step + margin
+    queue.charge(near, 0.0)
+    near.playback.delivered(20.0)
+    near.playback.sent(20.0, produced_at=clock(), now=clock())  # now 21 s in hand: no longer urgent
+    assert queue.pick({"kokoro"}) is whole  # the stream far ahead yields to whole-file work
+    queue.charge(whole, 2.4)
+    queue.remove(whole)
+    assert queue.pick({"kokoro"}) is near  # with nothing else to do, streams step ahead, the least ahead first
+    clock.advance(20.0)  # 21 s and 30 s in hand are now 1 s and 10 s
+    assert queue.pick({"kokoro"}) is near
+    near.playback.delivered(50.0)
+    near.playback.sent(50.0, produced_at=clock(), now=clock())
+    assert queue.pick({"kokoro"}) is ahead
+
+
+def test_two_to_one_weights_hold_for_busy_whole_file_work_while_streams_play(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(weights={"a": 2.0}), clock))
+    streams = [queue.add(stream_job(loop, "listener", units=[60] + [120] * 40))]
+    for key in ("a", "b"):
+        for _ in range(40):
+            job = queue.add(fake_job(loop, key, chars=120))
+            job.unit_chars, job.units_total = (120,), 1
+    served: collections.Counter[str] = collections.Counter()
+    while clock() < 200.0:
+        served[serve(queue, clock).key] += 1
+    assert served["listener"] > 0 and all(s.underrun_s == 0 for s in streams)  # listeners never ran dry
+    assert abs(served["a"] / served["b"] - 2.0) <= 0.1, served
+
+
+def advance_serving(queue: FairQueue, clock: Clock, until: float) -> None:
+    """Serve the queue on the fake clock until `until` (idle time passes when nothing can step)."""
+    while clock() < until:
+        if queue.pick({"kokoro"}) is None:
+            clock.now = until
+            return
+        queue.current = None
+        serve(queue, clock)
+
+
+def two_streams_at_capacity(loop: asyncio.AbstractEventLoop) -> tuple[FairQueue, Clock, list[Job]]:
+    """Two long streams admitted ten seconds apart and served for twenty: a third long one would not fit."""
+    clock = Clock()
+    queue = measured(FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8), clock))
+    admitted = [queue.add(stream_job(loop, "a", units=[60] + [120] * 30))]
+    advance_serving(queue, clock, 10.0)
+    admitted.append(queue.add(stream_job(loop, "b", units=[60] + [120] * 10)))
+    advance_serving(queue, clock, 20.0)
+    return queue, clock, admitted
+
+
+LONG_UNITS = [60] + [120] * 30  # ~240 s of audio; 0.3 GPU seconds per audio second (0.38 at a 0.8 share)
+
+
+def test_admission_refuses_a_stream_that_would_make_admitted_ones_run_dry_with_an_honest_retry_after(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    queue, clock, admitted = two_streams_at_capacity(loop)
+    with pytest.raises(Busy) as err:  # a third would need 3 x 0.303 / 0.8 of the thread
+        queue.add(stream_job(loop, "c", units=LONG_UNITS))
+    assert err.value.status == 429 and err.value.code == "stream_capacity_full"
+    assert "1.14x the GPU thread" in err.value.message
+    assert queue.stats()["rejected_by_code"] == {"stream_capacity_full": 1}
+    retry = err.value.retry_after
+    assert retry is not None and 1.0 <= retry <= 60.0
+    advance_serving(queue, clock, 20.0 + retry / 2)
+    with pytest.raises(Busy):
+        queue.add(stream_job(loop, "c", units=LONG_UNITS))  # before Retry-After: still no room
+    advance_serving(queue, clock, 20.0 + retry)
+    late = queue.add(stream_job(loop, "c", units=LONG_UNITS))  # retried after Retry-After: admitted
+    advance_serving(queue, clock, 200.0)
+    assert all(job.underrun_s == 0 for job in [*admitted, late])  # and nobody ran dry
+
+
+def test_streams_refused_together_are_promised_successive_retry_times(loop: asyncio.AbstractEventLoop) -> None:
+    queue, clock, _ = two_streams_at_capacity(loop)
+    retries = []
+    for key in ("c", "d", "e"):
+        with pytest.raises(Busy) as err:
+            queue.add(stream_job(loop, key, units=LONG_UNITS))
+        assert err.value.retry_after is not None
+        retries.append(err.value.retry_after)
+    one_stream = sum(LONG_UNITS) * GPU_PER_CHAR / 0.8  # the GPU time one more such stream takes
+    assert retries[1] == pytest.approx(retries[0] + one_stream) and retries[2] == pytest.approx(retries[1] + one_stream)
+
+
+def test_whole_file_work_and_short_streams_are_still_admitted_when_long_streams_are_refused(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    queue, clock, admitted = two_streams_at_capacity(loop)
+    with pytest.raises(Busy):
+        queue.add(stream_job(loop, "c", units=LONG_UNITS))
+    whole = queue.add(fake_job(loop, "w", chars=300))  # whole-file work queues
+    whole.unit_chars, whole.units_total = (120, 120, 60), 3
+    short = queue.add(stream_job(loop, "d", units=(40,)))  # a one-sentence stream costs nobody a deadline
+    advance_serving(queue, clock, 120.0)
+    assert whole.units_done == 3  # served from what the streams left
+    assert all(job.underrun_s == 0 for job in [*admitted, short])
+
+
+def test_a_newcomer_is_refused_when_its_first_audio_would_wait_too_long_behind_other_first_steps(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(stream_admission=True, stream_gpu_share=1.0, stream_max_start_wait_s=3.0), clock))
+    for i in range(3):  # first steps of 1.2 s each: the fourth would start 3.6 s from now
+        queue.add(stream_job(loop, f"k{i}", units=(60,)))
+    with pytest.raises(Busy) as err:
+        queue.add(stream_job(loop, "k3", units=(60,)))
+    assert err.value.code == "stream_capacity_full" and "would wait 3.6 s" in err.value.message
+    assert err.value.retry_after is not None and err.value.retry_after >= 0.6
+
+
+def test_before_its_first_step_an_engine_is_assumed_no_faster_than_real_time(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(stream_admission=True), clock)
+    first = queue.add(stream_job(loop, "a", units=[40] + [120] * 20))
+    with pytest.raises(Busy) as err:  # a second long stream: two streams at real time each cannot both keep up
+        queue.add(stream_job(loop, "b", units=[60] + [120] * 20))
+    assert err.value.code == "stream_capacity_full"
+    short = queue.add(stream_job(loop, "c", units=(20,)))  # a one-step stream runs no risk
+    assert queue.pick({"kokoro"}) is first
+    clock.advance(40 * GPU_PER_CHAR)
+    first.units_done = 1
+    first.playback.delivered(40 * AUDIO_PER_CHAR)
+    first.playback.sent(40 * AUDIO_PER_CHAR, produced_at=clock(), now=clock())
+    queue.charge(first, 40 * GPU_PER_CHAR)
+    queue.learn(first, 40 * GPU_PER_CHAR, 40 * AUDIO_PER_CHAR)  # measured: 0.3 GPU seconds per audio second
+    assert queue.stats()["streams"]["speed"]["kokoro"] == {"gpu_s_per_audio_s": 0.303, "audio_s_per_char": 0.066}
+    advance_serving(queue, clock, 15.0)
+    assert short.units_done == 1
+    assert queue.add(stream_job(loop, "b", units=[60] + [120] * 20)) is not None
+
+
+def test_a_reader_behind_real_time_releases_its_slot_and_one_that_takes_nothing_is_dropped(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(max_inflight=2, slow_reader_lag_s=5.0, reader_idle_limit_s=30.0), clock))
+    slow = queue.add(stream_job(loop, "a", units=[60] * 10))
+    queue.add(stream_job(loop, "b", units=[60] * 10))
+    with pytest.raises(Busy):
+        queue.add(stream_job(loop, "c"))
+    slow.units_done, slow.delivered, slow.consumed = 1, 1, 1
+    slow.playback.delivered(4.0)
+    slow.playback.sent(4.0, produced_at=0.0, now=0.0)  # its writer is still sending this piece: it never asks again
+    clock.advance(8.9)  # a real-time listener ran out at 4 s; 4.9 s behind
+    with pytest.raises(Busy):
+        queue.add(stream_job(loop, "c"))
+    clock.advance(0.1)
+    queue.add(stream_job(loop, "c", units=(60,)))  # 5 s behind: its slot is released
+    assert slow.detached and queue.stats()["detached"] == 1 and queue.stats()["running"] + queue.stats()["waiting"] == 2
+    for _ in range(2):  # "b" and the fresh one; a detached job whose writer does not ask gets no step
+        job = queue.pick({"kokoro"})
+        assert job is not None and job is not slow
+        queue.charge(job, 0.0)
+        queue.remove(job)
+    assert queue.pick({"kokoro"}) is None
+    clock.advance(21.0)  # 30 s since the reader took anything
+    assert queue.pick({"kokoro"}) is slow and slow.cancelled.is_set()
+    assert "took no audio for 30 s" in (slow.cancel_reason or "") and slow._discard_audio
+
+
+def test_a_detached_reader_that_catches_up_steps_again_after_other_work(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(slow_reader_lag_s=1.0), clock))
+    slow = queue.add(stream_job(loop, "a", units=[60] * 10))
+    slow.units_done, slow.delivered, slow.consumed = 2, 2, 1
+    slow.playback.delivered(8.0)
+    slow.playback.sent(4.0, produced_at=0.0, now=0.0)  # one piece being sent, one waiting
+    clock.advance(6.0)
+    other = queue.add(fake_job(loop, "b"))
+    assert slow.detached
+    slow.playback.ask(clock())
+    slow.playback.sent(4.0, produced_at=1.0, now=clock())
+    slow.consumed = 2  # its reader took what waited, and is sending it
+    assert queue.pick({"kokoro"}) is other
+    queue.charge(other, 1.0)
+    queue.remove(other)
+    assert queue.pick({"kokoro"}) is None  # nothing waits, but its writer does not ask yet
+    slow.playback.ask(clock())
+    assert queue.pick({"kokoro"}) is slow  # now it does: one more step, from what is left
+
+
+def test_one_client_address_holds_at_most_its_share_of_the_slots(loop: asyncio.AbstractEventLoop) -> None:
+    queue = measured(FairQueue(roomy(max_inflight=4, max_client_share=0.5, retry_after=3.0), Clock()))
+    first = queue.add(fake_job(loop, "a"))
+    first.client = "10.0.0.1"
+    queue.remove(first)
+    held = [queue.add(stream_job(loop, key, units=(60,), client="10.0.0.1")) for key in ("a", "b")]
+    for key in ("a", "c"):  # another key from the same address is refused too
+        with pytest.raises(Busy) as err:
+            queue.add(stream_job(loop, key, units=(60,), client="10.0.0.1"))
+        assert err.value.code == "client_queue_full" and err.value.headers() == {"Retry-After": "3"}
+        assert "at most 2" in err.value.message
+    other = queue.add(fake_job(loop, "a"))
+    other.client = "10.0.0.2"
+    assert queue.add(stream_job(loop, "a", units=(60,), client="10.0.0.2")) is not None
+    held[0].detached = True  # a response that no longer holds a slot does not count
+    assert queue.add(stream_job(loop, "a", units=(60,), client="10.0.0.1")) is not None
+    assert FairnessPolicy(max_inflight=1, max_client_share=0.1).max_per_client == 1  # never below one
+
+
+def test_rejected_keys_create_no_state_and_key_states_and_labels_are_capped(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = FairQueue(roomy(max_inflight=1, max_tracked_keys=3, max_key_labels=2), clock)
+    holder = queue.add(fake_job(loop, "holder"))
+    for i in range(500):
+        with pytest.raises(Busy):
+            queue.add(fake_job(loop, f"random-{i}"))
+    assert list(queue.keys) == ["holder"]
+    stats = queue.stats()
+    assert set(stats["keys"]) == {"holder", OTHER_KEYS} and stats["keys"][OTHER_KEYS]["rejected"] == 500
+    assert stats["rejected"] == 500 and stats["rejected_by_code"] == {"server_busy": 500}
+    queue.remove(holder)
+    for i in range(10):  # ten keys admitted and finished one after the other
+        clock.advance(1.0)
+        queue.remove(queue.add(fake_job(loop, f"user-{i}")))
+    queue.stats()  # like add and pick, applies the bound
+    assert sorted(queue.keys) == ["user-7", "user-8", "user-9"]  # the three most recently active idle keys
+    wide = FairQueue(roomy(max_key_labels=2), clock)
+    for key, count in (("a", 1), ("b", 3), ("c", 2), ("d", 1)):
+        for _ in range(count):
+            wide.add(fake_job(loop, key))
+    rows = wide.stats()["keys"]
+    assert list(rows) == ["b", "c", OTHER_KEYS]  # the busiest keys one by one, the rest summed
+    assert rows[OTHER_KEYS] == {"running": 0, "waiting": 2, "weight": None, "used_gpu_s": 0.0, "rejected": 0}
+
+
+async def test_a_stream_that_runs_dry_records_its_underrun_on_the_job_and_the_engine(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    second = threading.Event()
+    piece_s = 0.05
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        yield [np.zeros(int(piece_s * RATE), dtype=np.float32)]
+        assert second.wait(WAIT)
+        yield [np.zeros(int(piece_s * RATE), dtype=np.float32)]
+
+    job = Job(engine="kokoro", chars=20, steps=steps, loop=asyncio.get_running_loop(), streaming=True,
+              sample_rate=RATE, unit_chars=(10, 10))  # fmt: skip
+    scheduler.submit(job)
+    pieces = job.pieces()
+    await next_piece(pieces)
+    ran_dry_at = job.playback.ends_at
+    assert ran_dry_at is not None
+    asking = asyncio.ensure_future(next_piece(pieces))  # the writer asks for the next piece at once
+    while time.monotonic() < ran_dry_at + 0.2:  # the listener's clock runs out; the second step is held
+        await asyncio.sleep(0.02)
+    second.set()
+    await asking
+    assert job.underruns == 1 and job.underrun_s >= 0.2
+    stats = scheduler.stats()["streams"]
+    assert stats["underruns"] == {"kokoro": 1}
+    assert stats["underrun_s"]["kokoro"] == pytest.approx(job.underrun_s, abs=1e-5)
+    assert stats["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(piece_s / 10)  # learned from its steps
+    with pytest.raises(StopAsyncIteration):
+        await next_piece(pieces)
+
+
+async def test_whole_file_jobs_have_no_playback_clock(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        yield [np.zeros(RATE, dtype=np.float32)]
+
+    job = Job(engine="kokoro", chars=10, steps=steps, loop=asyncio.get_running_loop(), sample_rate=RATE,
+              unit_chars=(10,))  # fmt: skip
+    assert len(await collect(scheduler.submit(job))) == 1
+    assert job.playback.delivered_s == 0 and job.underrun_s == 0
+    assert scheduler.stats()["streams"]["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(0.1)

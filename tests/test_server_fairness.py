@@ -3,8 +3,11 @@ request timings, Prometheus metrics and API keys."""
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -61,9 +64,10 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
 
 
 def test_per_key_and_per_engine_limits(tmp_path: Path, assembled_model: Path) -> None:
+    # Two long streams at once: the real-time capacity bound (tested below) stays out of the way of these two.
     server = ServerProcess(
         tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_PENDING_PER_KEY="1", POLYTTS_MAX_PENDING_PER_ENGINE="2",
-        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0",
+        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0", POLYTTS_STREAM_ADMISSION="false",
     ).start()  # fmt: skip
     try:
         with server.client() as a, server.client() as b, server.client() as c:
@@ -84,6 +88,7 @@ def test_per_key_and_per_engine_limits(tmp_path: Path, assembled_model: Path) ->
                     assert admin["policy"]["max_pending_per_key"] == 1 and set(admin["keys"]) == set(stats["keys"])
                     assert stats["engines"]["kokoro"]["rejected"] == 2
                     assert stats["keys"]["alpha"]["rejected"] == 1 and stats["keys"]["alpha"]["weight"] == 1.0
+                    assert "gamma" not in stats["keys"] and stats["keys"]["(other)"]["rejected"] == 1  # no state
         bad = httpx.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": "x" * 65})
         assert bad.status_code == 422 and bad.json()["code"] == "invalid_fairness_key"
     finally:
@@ -112,6 +117,8 @@ def test_timings_and_metrics(server: ServerProcess) -> None:
             'polytts_engine_load_seconds_count{engine="kokoro"} 1.0',
             "polytts_queue_depth",
             'polytts_key_gpu_seconds_total{key="anonymous"}',
+            'polytts_stream_underrun_seconds_total{engine="kokoro"}',
+            'polytts_engine_gpu_seconds_per_audio_second{engine="kokoro"}',
         ):
             assert line in text, line
 
@@ -134,5 +141,126 @@ def test_api_keys(tmp_path: Path, assembled_model: Path, route: str) -> None:
             if route == "/tts":  # the full view of /health needs a key (issue 17); it shows the key's name
                 key = {"Authorization": "Bearer s3cret"}
                 assert set(client.get("/health", headers=key).json()["inflight"]["keys"]) == {"gold"}
+    finally:
+        server.stop()
+
+
+PATIENT = " ".join(["Please hold the line now, thank you."] * 30)
+"""One-sentence steps of ~2.5 s of audio (more than the server's send buffers take at once), and enough of them
+never to finish while the reader crawls."""
+
+
+class SlowReader(threading.Thread):
+    """A raw HTTP client that streams a long text and reads its response at 1 KB/s through a small receive buffer."""
+
+    def __init__(self, port: int, key: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.key = port, key
+        self.status: int | None = None
+        self.head = b""
+        self.answered = threading.Event()
+        self.stop = threading.Event()
+        self.received = 0
+
+    def run(self) -> None:
+        body = json.dumps({"text": PATIENT, "language": "en", "max_sentences_per_gen": 1}).encode()
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(300)
+            sock.connect(("127.0.0.1", self.port))
+            head = b"POST /tts/stream HTTP/1.1\r\nHost: polytts\r\nContent-Type: application/json\r\n"
+            head += f"X-Fairness-Key: {self.key}\r\n".encode()
+            sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            first = self.head = sock.recv(1024)
+            self.status = int(first.split()[1])
+            self.received = len(first)
+            self.answered.set()
+            while not self.stop.wait(1.0):
+                self.received += len(sock.recv(1024))
+
+
+def test_a_fresh_client_is_admitted_while_16_slow_readers_are_connected(tmp_path: Path, assembled_model: Path) -> None:
+    # The readers would all be refused as streams beyond the real-time capacity on this machine; with that bound
+    # off they take every slot at once, as in the lock-out the slot release exists for.
+    server = ServerProcess(
+        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="16", POLYTTS_MAX_CLIENT_SHARE="1",
+        POLYTTS_STREAM_ADMISSION="false", POLYTTS_SLOW_READER_LAG_S="1", POLYTTS_READER_IDLE_LIMIT_S="600",
+        POLYTTS_MAX_BUFFERED_PIECES="1", POLYTTS_SEND_BUFFER_BYTES="16384", POLYTTS_PCM_CACHE_BYTES="0",
+        POLYTTS_WAV_CACHE_BYTES="0",
+    ).start()  # fmt: skip
+    readers = [SlowReader(server.port, f"reader-{i}") for i in range(16)]
+    try:
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            assert reader.answered.wait(300) and reader.status == 200, reader.head
+        with server.client() as client:
+            deadline = time.monotonic() + 300
+            while client.get("/health").json()["inflight"]["detached"] < 16:
+                assert time.monotonic() < deadline, client.get("/health").json()["inflight"]
+                time.sleep(0.2)
+            with client.stream("POST", "/tts/stream", json={"text": SHORT, "language": "en"}) as fresh:
+                assert fresh.status_code == 200
+                audio = b"".join(fresh.iter_raw())
+            assert len(audio) > 0 and all(reader.is_alive() for reader in readers)  # all 16 still connected
+            inflight = client.get("/health").json()["inflight"]
+            assert inflight["detached"] == 16 and inflight["rejected"] == 0
+            metrics = client.get("/metrics").text
+            assert "polytts_responses_detached 16.0" in metrics
+        assert "detached: its reader is" in server.log()
+        assert "tts/stream outcome=ok" in server.log() and "underrun=" in server.log()
+    finally:
+        for reader in readers:
+            reader.stop.set()
+        server.stop()
+
+
+def test_one_client_address_holds_at_most_its_share_of_the_slots(tmp_path: Path, assembled_model: Path) -> None:
+    server = ServerProcess(
+        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="2", POLYTTS_MAX_CLIENT_SHARE="0.5",
+        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0",
+    ).start()  # fmt: skip
+    try:
+        with server.client() as client, client.stream(
+            "POST", "/tts/stream", json={"text": LONG, "language": "en"}, headers={"X-Fairness-Key": "one"}
+        ) as held:
+            pieces = held.iter_raw()  # kept: a dropped iterator closes the response
+            next(pieces)
+            for key in ("one", "two"):  # the address is full, whatever the key
+                refused = httpx.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": key})
+                assert refused.status_code == 429 and refused.json()["code"] == "client_queue_full"
+                assert int(refused.headers["retry-after"]) >= 1 and "at most 1" in refused.json()["message"]
+            assert client.get("/health").json()["inflight"]["rejected"] == 2
+    finally:
+        server.stop()
+
+
+def test_rejected_random_keys_leave_no_state_and_key_labels_are_capped(tmp_path: Path, assembled_model: Path) -> None:
+    server = ServerProcess(
+        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="1", POLYTTS_MAX_KEY_LABELS="4",
+        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0",
+    ).start()  # fmt: skip
+    try:
+        with server.client() as client:
+            for i in range(6):  # admitted keys, one after the other: listed up to the cap, the rest summed
+                user = {"X-Fairness-Key": f"user-{i}"}
+                assert client.post("/tts", json={"text": "Hi."}, headers=user).status_code == 200
+            before = len(client.get("/metrics").text)
+            with client.stream("POST", "/tts/stream", json={"text": LONG, "language": "en"}) as held:
+                assert held.status_code == 200
+                pieces = held.iter_raw()
+                next(pieces)
+                with httpx.Client(base_url=server.url, timeout=30) as other:
+                    for _ in range(300):
+                        stranger = {"X-Fairness-Key": uuid.uuid4().hex}
+                        assert other.post("/tts", json={"text": SHORT}, headers=stranger).status_code == 429
+                inflight = client.get("/health").json()["inflight"]
+                metrics = client.get("/metrics").text
+        keys = inflight["keys"]
+        assert len(keys) == 5 and "(other)" in keys and keys["(other)"]["rejected"] == 300
+        assert inflight["rejected"] == 300
+        assert metrics.count("polytts_key_gpu_seconds_total{") == 5  # four keys and "(other)"
+        assert len(metrics) - before < 1500, len(metrics) - before  # a few more series, not one per key
+        assert 'polytts_admission_rejections_total{code="server_busy"} 300.0' in metrics
     finally:
         server.stop()

@@ -1,0 +1,328 @@
+"""What every benchmark shares: a server of its own, the host it ran on, figures in sections, JSON results.
+
+A benchmark script is `python bench/<figure>.py [--url URL] [--out PATH]`: without `--url` it starts `server.py` on a
+free port (`local_server`), and it writes one JSON file to `bench/results/<figure>-<UTC time>.json` (`write_report`)
+holding `host_report()` (machine, load average, commit) and its figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+SHORT_TEXT = "The quick brown fox jumps over the lazy dog near the riverbank."
+SIXTY_WORDS = (
+    "Streaming speech lets an application start playing audio long before the whole answer is ready. "
+    "The service splits the text into sentences, keeps the first piece short, and sends each piece as soon "
+    "as the model produces it. Listeners hear the first words almost at once, while the rest of the "
+    "paragraph is still being generated in the background on the same machine."
+)
+
+
+@contextlib.contextmanager
+def local_server(extra_env: Mapping[str, str] | None = None, caches: bool = False) -> Iterator[str]:
+    """server.py on a free port with its own voices and cache folders; caches off unless asked (their default sizes
+    then); `extra_env` adds or overrides POLYTTS_* variables. Yields its URL once `/ready`; stopped on exit."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            **os.environ,
+            "POLYTTS_PORT": str(port),
+            "POLYTTS_HOST": "127.0.0.1",
+            "POLYTTS_VOICES_DIR": f"{tmp}/voices",
+            "POLYTTS_CACHE_DIR": f"{tmp}/cache",
+            "POLYTTS_LOG_LEVEL": "warning",
+        }
+        if not caches:
+            env |= {"POLYTTS_WAV_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
+        env |= dict(extra_env or {})
+        proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(url, proc)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready after {timeout}s")
+
+
+def wait_idle(client: httpx.Client, timeout: float = 120.0) -> bool:
+    """Until the server has no synthesis running or waiting (dropped jobs finish the step under way first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        inflight = client.get("/health").json().get("inflight", {})
+        if not inflight.get("running") and not inflight.get("waiting"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def load_average() -> list[float] | None:
+    with contextlib.suppress(OSError):
+        return [round(x, 2) for x in os.getloadavg()]
+    return None
+
+
+def commit() -> dict[str, Any]:
+    """HEAD's commit and whether the working tree had uncommitted changes (worktrees included)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": git("rev-parse", "--short=12", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def host_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_average": load_average(),
+    }
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+    for module in ("onnxruntime", "httpx", "numpy"):
+        with contextlib.suppress(Exception):
+            info[f"{module}_version"] = __import__(module).__version__
+    return info
+
+
+def new_report(benchmark: str, args: Any) -> dict[str, Any]:
+    """The head of every result file: what ran, when, where, at which commit, with which flags."""
+    return {
+        "benchmark": benchmark,
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host_info(),
+        "commit": commit(),
+        "flags": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "figures": {},
+    }
+
+
+def server_view(url: str) -> dict[str, Any]:
+    """What the server says about itself that a result needs: engines, device, limits."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        health = client.get("/health").json()
+    return {
+        "url": url,
+        "engines": health.get("engines"),
+        "device": health.get("device"),
+        "limits": health.get("limits"),
+    }
+
+
+def section(report: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> None:
+    """Run one figure into `report["figures"][name]`; a failure is recorded there and the other figures still run."""
+    sys.stderr.write(f"[{report['benchmark']}] {name} ...\n")
+    started = time.perf_counter()
+    before = load_average()
+    try:
+        result = fn()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one failed figure must not lose the others
+        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        sys.stderr.write(f"[{report['benchmark']}] {name} failed: {exc}\n")
+    result["elapsed_s"] = time.perf_counter() - started
+    result["load_average_before_after"] = [before, load_average()]
+    report["figures"][name] = result
+
+
+def write_report(report: dict[str, Any], out: Path | None = None) -> Path:
+    """bench/results/<benchmark>-<UTC time>.json unless `out` says otherwise; returns the path."""
+    report.setdefault("host", {})["load_average_end"] = load_average()
+    path = out or RESULTS / f"{report['benchmark']}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "mean": statistics.fmean(values),
+        "p95": ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered)) - 1))],
+        "min": ordered[0],
+        "max": ordered[-1],
+    }
+
+
+def server_timing(header: str) -> dict[str, float | str]:
+    """`queue;dur=1.0, chars;desc="61"` -> {"queue_s": 0.001, "chars": "61"}."""
+    out: dict[str, float | str] = {}
+    for part in header.split(","):
+        name, *fields = (f.strip() for f in part.split(";"))
+        for field in fields:
+            key, _, value = field.partition("=")
+            if key == "dur":
+                out[f"{name}_s"] = float(value) / 1000
+            elif key == "desc":
+                out[name] = value.strip('"')
+    return out
+
+
+def measure_stream(
+    client: httpx.Client, text: str, voice: str | None = None, headers: Mapping[str, str] | None = None
+) -> dict[str, float | str]:
+    """One `/tts/stream` read as fast as it comes: time to first audio, total, audio seconds, real-time factor."""
+    body = {"text": text, "language": "en", **({"voice_id": voice} if voice else {})}
+    started = time.perf_counter()
+    first = None
+    size = 0
+    with client.stream("POST", "/tts/stream", json=body, headers=dict(headers or {})) as response:
+        response.raise_for_status()
+        rate = int(response.headers["x-sample-rate"])
+        cache = response.headers.get("x-cache", "")
+        for chunk in response.iter_raw():
+            if first is None:
+                first = time.perf_counter() - started
+            size += len(chunk)
+    total = time.perf_counter() - started
+    audio = size / 2 / rate
+    return {"ttfa_s": first or total, "total_s": total, "audio_s": audio, "rtf": total / audio, "cache": cache}
+
+
+@contextlib.contextmanager
+def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterator[Callable[[str], Iterator[Any]]]:
+    """An engine built and loaded in this process the way the server builds it (the default engine, and `overrides`
+    as settings), and a function that speaks a text as the service does: its chunks, each through the same seam
+    joiner, yielding float32 pieces. For measuring the engine without the service around it."""
+    from engine_pool import build_engines
+    from engines import ENGINE_SPECS, FAMILIES
+    from engines.base import SynthesisOptions
+    from settings import load_settings
+    from synthesis import SynthesisService, Voicing
+    from text import chunk_text, resolve_language
+
+    settings = load_settings(**overrides)
+    engine = build_engines(settings, ENGINE_SPECS)[settings.default_engine]
+    engine.load()
+    try:
+        engine.warmup()
+        name = voice_name or settings.default_voice
+        voice = next((v for v in engine.builtin_voices() if v.name == name), None)
+        if voice is None:
+            raise SystemExit(f"{name!r} is not a built-in voice of {engine.name}; pass --voice")
+        options = SynthesisOptions(resolve_language(voice.language), FAMILIES[engine.name].param_defaults())
+
+        def speak(text: str) -> Iterator[Any]:
+            chunks = chunk_text(text, *SynthesisService.caps(engine, None, None))
+            voicing = Voicing(engine, options, timed=False)
+            for index, chunk in enumerate(chunks):
+                yield from voicing.chunk(chunk, engine.prepare_voice(voice), last=index == len(chunks) - 1)
+            engine.release()
+
+        yield speak
+    finally:
+        engine.unload()
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every `finally` (and server shutdown) runs."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            pids += [int(p) for p in (task / "children").read_text().split()]
+    return pids
+
+
+def reap_children(grace: float = 10.0) -> list[int]:
+    """Safety net after the servers' own shutdown: terminate, then kill, any child process still running, by pid.
+    Returns the pids that had to be killed."""
+    left = _children()
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        for pid in list(left):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    left.remove(pid)
+        left = [pid for pid in left if pid in _children()]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def run_main(
+    benchmark: str, run: Callable[[], dict[str, Any]], out: Path | None, summary: Callable[[dict[str, Any]], str]
+) -> int:
+    """The end of every script's `main`: run, stop leftover servers, write the JSON, print a summary."""
+    stop_on_sigterm()
+    try:
+        report = run()
+    finally:
+        killed = reap_children()
+        if killed:
+            sys.stderr.write(f"[{benchmark}] killed leftover child processes {killed}\n")
+    path = write_report(report, out)
+    sys.stdout.write(summary(report) + "\n")
+    sys.stdout.write(f"wrote {path}\n")
+    return 0
