@@ -76,7 +76,7 @@ class VoiceCatalog:
         voices: list[BuiltinVoice | VoiceEntry] = []
         for index, part in enumerate(parts):
             where = {"part": part.name, "index": index}
-            label = f"blend part {index + 1} ({part.name!r})"
+            label = f"invalid blend part at index {index} '{excerpt(part.name)}'"
             try:
                 voice = await self.resolve(part.name)
             except Unavailable:  # the engine is loading or failed: not the formula's fault

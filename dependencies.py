@@ -47,13 +47,26 @@ def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
 
 
 def speech_context(request: Request, principal: Annotated[str, Depends(get_principal)]) -> RequestContext:
-    return RequestContext(route=request.url.path.strip("/"), principal=principal, disconnected=disconnect_watch(request))
+    """A whole-file request: its answer is sent once it is complete."""
+    return RequestContext(
+        route=request.url.path.strip("/"),
+        principal=principal,
+        client=request.client.host if request.client else None,
+        disconnected=disconnect_watch(request),
+    )
+
+
+def stream_context(context: Annotated[RequestContext, Depends(speech_context)]) -> RequestContext:
+    """A streamed request: its audio is played as it arrives, so the scheduler keeps it ahead of its listener."""
+    context.streaming = True
+    return context
 
 
 ServiceDep = Annotated[Service, Depends(get_service)]
 AdminOnly = Depends(require_admin)
 Principal = Annotated[str, Depends(get_principal)]
 SpeechContext = Annotated[RequestContext, Depends(speech_context)]
+StreamContext = Annotated[RequestContext, Depends(stream_context)]
 
 
 class SpeechRoute(APIRoute):

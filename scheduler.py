@@ -77,14 +77,14 @@ class GpuThread:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop after the work under way. Waits for it: native model code still running in a thread while the
-        interpreter exits aborts the process (and a supervisor would see a crash, not a clean stop)."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the work under way. The server waits for it (no timeout): native model code still running in a
+        thread while the interpreter exits aborts the process, and a supervisor would see a crash, not a stop."""
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout)
 
     @property
     def ident(self) -> int | None:
@@ -140,6 +140,10 @@ def _settle(future: concurrent.futures.Future[Any], fn: Callable[..., Any], args
             future.set_exception(exc)
 
 
+CLIENT_GONE = "client disconnected"
+"""The reason a job is cancelled when its client went away."""
+
+
 class JobCancelled(ServiceError):
     """The job was dropped before it finished: its client went away or it ran past its deadline."""
 
@@ -186,6 +190,7 @@ class Job:
     delivered: int = 0
     consumed: int = 0
     cancel_reason: str | None = None
+    cancel_error: ServiceError | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     detached: bool = False
     """Its reader fell behind real time: it holds no admission slot and steps only once its audio is taken."""
@@ -200,13 +205,21 @@ class Job:
         if self.unit_chars and self.units_total is None:
             self.units_total = len(self.unit_chars)
 
-    def cancel(self, reason: str = "client disconnected", *, discard_audio: bool = False) -> None:
-        """Drop the job before its next step; `discard_audio` also frees the audio waiting for its reader."""
+    def cancel(
+        self, reason: str = CLIENT_GONE, *, discard_audio: bool = False, error: ServiceError | None = None
+    ) -> None:
+        """Drop the job before its next step; `discard_audio` also frees the audio waiting for its reader; `error`
+        is what its reader gets (JobCancelled naming the reason by default)."""
         if not self.cancelled.is_set():
             self.cancel_reason = reason
+            self.cancel_error = error
             self._discard_audio = discard_audio
             self.cancelled.set()
             self._on_consumed()  # a job parked on a full buffer must be seen, and dropped
+
+    def dropped(self) -> ServiceError:
+        """What the reader of a cancelled job gets."""
+        return self.cancel_error or JobCancelled(f"request dropped: {self.cancel_reason}")
 
     @property
     def buffered(self) -> int:
@@ -502,6 +515,11 @@ class FairQueue:
     def _jobs(self) -> list[Job]:
         return [j for state in self.keys.values() for j in state.jobs]
 
+    def jobs(self) -> list[Job]:
+        """Every admitted job, now."""
+        with self._lock:
+            return self._jobs()
+
     def _speed(self, engine: str) -> EngineSpeed:
         speed = self.speeds.get(engine)
         return speed if speed is not None else EngineSpeed()
@@ -687,6 +705,14 @@ class Scheduler:
     def stats(self) -> dict[str, Any]:
         return self.queue.stats()
 
+    def cancel_all(self, reason: str, error: ServiceError) -> int:
+        """Drop every admitted job before its next step (a drain whose time is up); returns how many."""
+        jobs = self.queue.jobs()
+        for job in jobs:
+            job.cancel(reason, error=error)
+        self.gpu.wake()
+        return len(jobs)
+
     def _next_step(self) -> Step | None:
         job = self.queue.pick(self.resident())
         return (lambda: self._step(job)) if job is not None else None
@@ -714,7 +740,7 @@ class Scheduler:
         """One unit of the job: how the job ends with it (done or cancelled; None when it goes on), and the audio
         seconds the unit made when it ran to its end and the job's sample rate is known."""
         if job.cancelled.is_set():
-            return JobCancelled(f"request dropped: {job.cancel_reason}"), None
+            return job.dropped(), None
         if job._units is None:
             job.started_at = began
             job._units = job.steps()
@@ -725,7 +751,7 @@ class Scheduler:
         try:
             for piece in unit:
                 job._deliver(piece)
-                samples += len(piece)
+                samples += len(piece) if isinstance(piece, np.ndarray) else 0  # word timings come between pieces
                 if job.cancelled.is_set():  # a native stream is closed, not run to its end
                     break
         finally:
@@ -734,7 +760,7 @@ class Scheduler:
                 close()
         job.units_done += 1
         if job.cancelled.is_set():
-            return JobCancelled(f"request dropped: {job.cancel_reason}"), None
+            return job.dropped(), None
         audio_s = samples / job.sample_rate if job.sample_rate else None
         if job.units_total is not None and job.units_done >= job.units_total:
             return _DONE, audio_s

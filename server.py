@@ -23,6 +23,7 @@ from fastapi import FastAPI
 
 import fleet
 from auth import ApiKeys, Authenticate
+from errors import Unavailable
 from http_errors import install_error_handlers
 from middleware import AccessLog, BodyLimit
 from routes import admin, docs, openai, operations, playground, speech, voices
@@ -128,6 +129,8 @@ class _Server(uvicorn.Server):
             if not left or time.monotonic() >= self.drain_deadline:
                 if left:
                     log.warning("drain time is up (POLYTTS_DRAIN_SECONDS): cutting %d synthesis(es)", left)
+                    gone = Unavailable("the node shut down before this synthesis was done", code="shutting_down")
+                    self.app.state.service.scheduler.cancel_all("the node is shutting down", gone)
                 self.should_exit = True
         return await super().on_tick(counter)
 

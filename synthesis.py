@@ -27,16 +27,16 @@ from engine_pool import EnginePool
 from engines import FAMILIES
 from engines.base import Engine, Param, SynthesisOptions, VoiceRef
 from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
+from live import LiveText
 from metrics import Metrics
 from pcm_cache import PcmCache
-from live import LiveText
 from protocol import ENGINE_PARAMS, LiveOptions, SpeechFields, VoiceFields
-from scheduler import Job, JobCancelled, Scheduler
-from settings import Settings
+from scheduler import CLIENT_GONE, Job, JobCancelled, Scheduler
 from seams import ChunkJoiner
-from word_timings import Words, WordTiming
+from settings import Settings
 from text import Chunk, PhraseSegmenter, chunk_text, normalize_text, resolve_language
 from voice_entry import VoiceEntry
+from word_timings import Words, WordTiming
 
 log = logging.getLogger("polytts.synthesis")
 T = TypeVar("T")
@@ -584,7 +584,7 @@ class SynthesisService:
             outcome = "ok"
             await self.store(plan, b"".join(pieces))
         except ServiceError as exc:
-            outcome = exc.code
+            outcome = "cancelled" if job.cancel_reason == CLIENT_GONE else exc.code
             self._log_failure(plan, timings, exc)
             raise
         except Exception as exc:

@@ -6,10 +6,18 @@ const MAX_PARTS = 8;
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 const NUMBER = /^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/;
 
+const MAX_QUOTED = 100; // a longer part is quoted by its start and its length, as the server quotes it
+
+function excerpt(text) {
+  const chars = Array.from(text); // code points, as Python counts a str
+  return chars.length <= MAX_QUOTED ? text : `${chars.slice(0, MAX_QUOTED).join("")}… (${chars.length} characters)`;
+}
+
 export class BlendError extends Error {
   constructor(part, index, why) {
-    super(`invalid blend part ${index + 1} '${part}': ${why}`);
-    this.part = part;
+    const shown = excerpt(part);
+    super(`invalid blend part at index ${index} '${shown}': ${why}`);
+    this.part = shown;
     this.index = index;
   }
 }

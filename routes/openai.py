@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from audio import MEDIA_TYPES
-from dependencies import ServiceDep, SpeechContext, SpeechRoute
+from dependencies import ServiceDep, SpeechRoute, StreamContext
 from openai_protocol import (
     SSE_MEDIA_TYPE,
     SpeechRequest,
@@ -28,7 +28,7 @@ router = APIRouter(prefix="/v1", tags=["openai"], route_class=SpeechRoute)
 
 
 @router.post("/audio/speech", response_class=StreamingResponse)
-async def speech(body: SpeechRequest, service: ServiceDep, ctx: SpeechContext) -> StreamingResponse:
+async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:
     ctx.engine = resolve_model(body.model, service.settings.default_engine, service.pool.engines)
     native = TTSRequest(
         text=body.input,

@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from audio import MEDIA_TYPES
 from auth import ANONYMOUS, LIVE_SUBPROTOCOL
-from dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute
+from dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
 from errors import InvalidInput, ServiceError
 from live import json_objects, open_session, serve_websocket
 from protocol import TTSRequest
@@ -45,7 +45,7 @@ async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Resp
 
 
 @router.post("/tts/stream", response_class=StreamingResponse)
-async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> StreamingResponse:  # type: ignore[valid-type]
+async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:  # type: ignore[valid-type]
     fmt = body.format or "pcm"
     if fmt in CAPTION_MEDIA_TYPES or body.timestamps:
         raise InvalidInput("word timings come with POST /tts or the live WebSocket, not a raw stream",
@@ -72,7 +72,8 @@ class DuplexStreamingResponse(StreamingResponse):
 async def tts_live(request: Request, service: ServiceDep, principal: Principal) -> Response:
     """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
     complete; options in the query string or the first message."""
-    ctx = RequestContext(route="tts/live", principal=principal)
+    ctx = RequestContext(route="tts/live", principal=principal, streaming=True,
+                         client=request.client.host if request.client else None)  # fmt: skip
     session = await open_session(service.synthesis, ctx, dict(request.query_params),
                                  json_objects(request.stream()), timed=False)  # fmt: skip
     fmt = session.options.format or "pcm"
@@ -101,5 +102,6 @@ async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
     identity = websocket.state.identity
-    ctx = RequestContext(route="tts/live/ws", principal=identity.principal if identity else ANONYMOUS)
+    ctx = RequestContext(route="tts/live/ws", principal=identity.principal if identity else ANONYMOUS, streaming=True,
+                         client=websocket.client.host if websocket.client else None)  # fmt: skip
     await serve_websocket(websocket, service.synthesis, ctx)

@@ -255,7 +255,7 @@ def test_one_voice_folder_serves_on_pytorch_and_on_mlx(
     gpu.start()
     try:
         on(gpu, mlx.load)
-        on(gpu, lambda: list(mlx.stream("Hi.", mlx.prepare_voice(voice), SynthesisOptions(resolve_language("en")))))
+        on(gpu, lambda: list(mlx.stream("Hi.", mlx.prepare_voice(voice), SynthesisOptions(resolve_language("en"), QWEN.param_defaults()))))
         on(gpu, mlx.unload)
     finally:
         gpu.stop()
