@@ -84,8 +84,9 @@ class EnginePool:
         return "ready", None
 
     def warm(self, name: str) -> None:
-        """Load an engine (and run its warm-up) on the GPU thread; the engine answers 503 `warming` meanwhile."""
-        if name in self._warming:
+        """Load an engine (and run its warm-up) on the GPU thread; the engine answers 503 `warming` meanwhile. An
+        engine already loaded, or loading, is left as it is."""
+        if name in self._warming or name in self.manager.resident():
             return
         self.states[name] = EngineState("warming")
         task = asyncio.get_running_loop().create_task(self._warm(name))

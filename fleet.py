@@ -48,5 +48,6 @@ def attach(app: FastAPI, service: Service) -> bool:
     )
     if manager is not None:
         pool.manager = manager
+    service.attached = True
     log.info("attached to the livestack fleet as %s (%d units)", settings.host_id, len(pool.units))
     return True

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import residency
 from cache import MemoryCache
 from catalog import VoiceCatalog
 from engine_pool import EnginePool, build_engines
@@ -40,6 +41,8 @@ class Service:
     """OpenAI voice names and the voices they speak with (defaults, then POLYTTS_OPENAI_VOICES)."""
     uploads: UploadBudget
     """Bytes of voice uploads held in memory at once, across requests."""
+    attached: bool = False
+    """Whether a livestack fleet drives this node (`fleet.attach`)."""
 
     def start(self, warm: bool) -> None:
         """Start the GPU thread, and (bind first, warm after) load the default engine on it if `warm`."""
@@ -83,6 +86,7 @@ class Service:
                 {"engine": name, "checkpoint": pool.engines[name].checkpoint} for name in pool.manager.resident()
             ],
             "manager": pool.manager.status(),
+            "fleet": {"attached": self.attached, "residency": residency.IMPLEMENTATION},
             "inflight": self.scheduler.stats(),
             "limits": {
                 "max_inflight": settings.max_inflight,

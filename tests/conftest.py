@@ -42,6 +42,7 @@ class ServerProcess:
     def __init__(self, tmp: Path, **env: str) -> None:
         self.port = free_port()
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.log_path = tmp / f"server-{self.port}.log"
         self.env = {
             **os.environ,

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 import soundfile as sf
 
 from conftest import ROOT, ServerProcess, wav_clip
@@ -120,7 +119,6 @@ def test_admin_control_plane(tmp_path: Path, assembled_model: Path) -> None:
 
 
 def test_a_missing_engine_never_evicts_the_working_one(tmp_path: Path, assembled_model: Path) -> None:
-    pytest.importorskip("voxcpm", reason="VoxCPM is installed by requirements-dev.txt")
     server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_VOXCPM_MODEL=str(tmp_path / "absent"),
                            POLYTTS_PCM_CACHE_BYTES="0").start()  # fmt: skip
     try:
@@ -145,10 +143,11 @@ and an `attach` that records its call and mounts a route through which the test 
 import importlib.util
 import json
 import os
+import sys
 import threading
 
 _spec = importlib.util.spec_from_file_location("_local_residency", os.environ["POLYTTS_ROOT"] + "/residency.py")
-_local = importlib.util.module_from_spec(_spec)
+_local = sys.modules["_local_residency"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_local)
 ManagedUnit, ModelManager, ResidencyPolicy, free_cuda = (
     _local.ManagedUnit, _local.ModelManager, _local.ResidencyPolicy, _local.free_cuda)
@@ -185,7 +184,7 @@ def test_livestack_attach_with_a_stand_in_package(tmp_path: Path, assembled_mode
             call = json.loads(record.read_text())
             assert call == {"host_id": "node-7", "kind": "polytts", "units": ["kokoro", "voxcpm"],
                             "idle_seconds": 300.0, "coload": False, "port": server.port}  # fmt: skip
-            assert client.get("/health").json()["manager"]["implementation"] == "livestack_node"
+            assert client.get("/health").json()["fleet"] == {"attached": True, "residency": "livestack_node"}
             # Attached, the node leaves warming to the broker: nothing loads before preload.
             assert client.get("/health").json()["resident"] == []
             pack = client.post("/voices", files={"voice_pack": ("p.npy", _pack_bytes(), "application/octet-stream")},
@@ -263,22 +262,28 @@ def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assem
 
             with zipfile.ZipFile(io.BytesIO(bundle.content)) as original:
                 members = {name: original.read(name) for name in original.namelist()}
-            members["manifest.json"] = members["manifest.json"].replace(b"the reference", b"another transcript")
-            members["audio"] = members["audio"][:-2000] + bytes(2000)
-            tampered = io.BytesIO()
-            with zipfile.ZipFile(tampered, "w") as archive:
-                for name, data in members.items():
-                    archive.writestr(name, data)
             client.delete(f"/voices/{voice}")
             before = sorted(p.name for p in (tmp_path / "n" / "voices").iterdir())
-            refused = client.post("/voices/bundle", content=tampered.getvalue(),
-                                  headers={"content-type": "application/zip"})  # fmt: skip
-            assert refused.status_code == 422 and refused.json()["code"] == "bundle_id_mismatch"
-            assert sorted(p.name for p in (tmp_path / "n" / "voices").iterdir()) == before
+            # Seed samples changed (still a valid WAV): the content no longer hashes to the id the bundle claims.
+            tampered = {**members, "seed_audio": members["seed_audio"][:-2000] + bytes(2000)}
+            # The clip's bytes damaged: not even audio any more.
+            damaged = {**members, "audio": members["audio"][:-2000] + bytes(2000)}
+            for content, code in ((tampered, "bundle_id_mismatch"), (damaged, "invalid_audio")):
+                refused = client.post("/voices/bundle", content=_zip(content), headers={"content-type": "application/zip"})
+                assert refused.status_code == 422 and refused.json()["code"] == code
+                assert sorted(p.name for p in (tmp_path / "n" / "voices").iterdir()) == before
             garbage = client.post("/voices/bundle", content=b"PK\x03\x04 not really", headers={"content-type": "application/zip"})
             assert garbage.status_code == 422 and garbage.json()["code"] == "invalid_bundle"
     finally:
         server.stop()
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return out.getvalue()
 
 
 def test_nodes_sharing_one_voices_folder(tmp_path: Path, assembled_model: Path) -> None:
