@@ -14,6 +14,7 @@ import json
 import zipfile
 from typing import Any
 
+from engines.voicepacks import read_zip_member
 from errors import InvalidInput, PayloadTooLarge
 from registry import Registration, is_voice_id
 from voice_entry import (
@@ -30,7 +31,6 @@ VERSION = 1
 MANIFEST = "manifest.json"
 _MEMBERS = ("audio", "seed_audio", "voice_pack.npy")
 _MAX_MANIFEST_BYTES = 64 * 1024
-_READ = 64 * 1024
 
 
 def export(entry: VoiceEntry) -> bytes:
@@ -110,17 +110,12 @@ def _manifest(raw: bytes) -> dict[str, Any]:
 
 
 def _read(archive: zipfile.ZipFile, member: zipfile.ZipInfo, limit: int) -> bytes:
-    """A member decompressed a little at a time, refused as soon as more than `limit` bytes come out."""
     if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         raise _bad(f"{member.filename} uses a compression other than stored or deflated")
-    out = bytearray()
-    with archive.open(member) as stream:
-        while chunk := stream.read(_READ):
-            out += chunk
-            if len(out) > limit:
-                raise PayloadTooLarge(f"bundle member {member.filename} is larger than {limit} bytes",
-                                      code="audio_too_large")  # fmt: skip
-    return bytes(out)
+    try:
+        return read_zip_member(archive, member, limit)
+    except ValueError as exc:
+        raise PayloadTooLarge(f"bundle member {member.filename} is too large: {exc}", code="audio_too_large") from None
 
 
 def _bad(why: str) -> InvalidInput:

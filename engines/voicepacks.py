@@ -273,24 +273,25 @@ def _pt_pickle_stream(data: bytes) -> bytes:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             info = next((i for i in archive.infolist() if i.filename.endswith("data.pkl")), None)
-            return b"" if info is None else _read_member(archive, info)
+            return b"" if info is None else read_zip_member(archive, info)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
         return b""
 
 
-def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bytes:
-    """A zip member decompressed in small reads, refused (ValueError) as soon as more than _MAX_MEMBER_BYTES come out:
-    the cap is on the bytes produced, not on the size the header claims."""
+def read_zip_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, limit: int = _MAX_MEMBER_BYTES) -> bytes:
+    """A zip member decompressed in small reads, refused (ValueError) as soon as more than `limit` bytes come out: the
+    cap is on the bytes produced, not on the size the header claims. Only stored or deflated members: zipfile
+    decompresses bzip2 and LZMA without a bound."""
     if member.compress_type not in _ZIP_METHODS:
         raise ValueError("it uses a compression method other than stored or deflated")
-    if member.file_size > _MAX_MEMBER_BYTES:
+    if member.file_size > limit:
         raise ValueError(f"it expands to {member.file_size} bytes")
     out = bytearray()
     with archive.open(member) as stream:
         while chunk := stream.read(_ZIP_READ):
             out += chunk
-            if len(out) > _MAX_MEMBER_BYTES:
-                raise ValueError(f"it expands to more than {_MAX_MEMBER_BYTES} bytes")
+            if len(out) > limit:
+                raise ValueError(f"it expands to more than {limit} bytes")
     return bytes(out)
 
 
@@ -343,7 +344,7 @@ def _read_npz(data: bytes) -> np.ndarray:
                 raise _contents("the .npz file", f"found {len(members)} arrays")
             (member,) = members
             what = f"the .npz member {excerpt(member.filename)!r}"
-            payload = _read_member(archive, member)
+            payload = read_zip_member(archive, member)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
         raise _unreadable(what, exc) from None
     return _read_npy(payload, what)

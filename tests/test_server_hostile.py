@@ -7,6 +7,8 @@ import io
 import json
 import os
 import re
+import socket
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -266,3 +268,84 @@ def test_a_full_disk_answers_507_and_leaves_nothing(
         no_tracebacks(server)
     finally:
         server.stop()
+
+
+# --- bodies: auth first, bounded as they arrive, uploads within a budget ----------------------------------------
+
+
+def send_head(port: int, path: str, headers: dict[str, str], first: bytes = b"") -> socket.socket:
+    """A request whose head (and the start of its body) is sent, the rest of the body not yet."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+    sock.sendall("\r\n".join(lines).encode() + first)
+    return sock
+
+
+def status_of(sock: socket.socket) -> tuple[int, str]:
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(65_536)
+        if not chunk:
+            break
+        reply += chunk
+    head = reply.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    return int(head.split()[1]), head
+
+
+def test_a_huge_body_is_refused_before_it_is_read(tmp_path: Path, assembled_model: Path) -> None:
+    keyed = ServerProcess(tmp_path, POLYTTS_API_KEYS=json.dumps({"s3cret": "k"})).start()
+    try:
+        before = peak_rss_kb(keyed)
+        declared = {"Content-Type": "application/json", "Content-Length": str(200 * 1024 * 1024)}
+        megabyte = b'{"text": "' + b"x" * (1024 * 1024)
+        # No key: 401 after one megabyte of a 200 MB body, nothing parsed.
+        with send_head(keyed.port, "/tts", declared, megabyte) as sock:
+            assert status_of(sock)[0] == 401
+        # A key, but the body declares more than the bound: 413 at once.
+        with send_head(keyed.port, "/tts", {**declared, "Authorization": "Bearer s3cret"}, megabyte) as sock:
+            status, head = status_of(sock)
+            assert status == 413
+        # A chunked body that grows past the bound is refused as it arrives.
+        chunked = {"Content-Type": "application/json", "Transfer-Encoding": "chunked", "Authorization": "Bearer s3cret"}
+        with send_head(keyed.port, "/tts", chunked) as sock:
+            piece = b"x" * 65_536
+            try:
+                for _ in range(40):  # 2.5 MB, past the 1 MiB bound
+                    sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            except OSError:  # the server answered and closed while we were still sending: that is the point
+                pass
+            assert status_of(sock)[0] == 413
+        assert peak_rss_kb(keyed) - before < 64 * 1024  # never held the body
+        no_tracebacks(keyed)
+    finally:
+        keyed.stop()
+
+
+def test_uploads_beyond_the_budget_are_told_to_retry(tmp_path: Path, assembled_model: Path) -> None:
+    node = ServerProcess(tmp_path, POLYTTS_UPLOAD_BUDGET_BYTES=str(1024 * 1024), POLYTTS_WARM_ON_START="false").start()
+    try:
+        clip = wav_clip(40.0, 300)  # about 1.3 MB of 16 kHz PCM
+        boundary = "b0undary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"engine\"\r\n\r\nvoxcpm\r\n"
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"ref_text\"\r\n\r\nheld open\r\n"
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"a.wav\"\r\n\r\n").encode()
+        body += clip + f"\r\n--{boundary}--\r\n".encode()
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(len(body))}
+        with send_head(node.port, "/voices", headers, body[: len(body) - 1000]) as held:  # almost all, held open
+            with node.client() as client:
+                deadline = time.monotonic() + 30
+                while True:  # until the held upload has reserved its bytes
+                    other = client.post("/voices", files={"audio": ("b.wav", clip)},
+                                        data={"engine": "voxcpm", "ref_text": "the other"})  # fmt: skip
+                    if other.status_code == 503 or time.monotonic() > deadline:
+                        break
+                assert other.status_code == 503 and other.json()["code"] == "uploads_busy"
+                assert "retry-after" in other.headers
+            held.sendall(body[len(body) - 1000 :])
+            assert status_of(held)[0] == 201  # the held upload completes: the budget it held comes back
+        with node.client() as client:
+            again = client.post("/voices", files={"audio": ("b.wav", clip)}, data={"engine": "voxcpm", "ref_text": "x"})
+            assert again.status_code == 201
+        no_tracebacks(node)
+    finally:
+        node.stop()
