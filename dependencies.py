@@ -12,8 +12,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import HTTPConnection
 
 from auth import ANONYMOUS, Identity
-from errors import Forbidden
-from http_errors import validation_error
+from errors import Forbidden, invalid_fields
 from service import Service
 from synthesis import RequestContext
 
@@ -79,7 +78,7 @@ class SpeechRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                get_service(request).synthesis.rejected(request.url.path.strip("/"), validation_error(exc))
+                get_service(request).synthesis.rejected(request.url.path.strip("/"), invalid_fields(exc.errors()))
                 raise
 
         return counted

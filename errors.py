@@ -5,6 +5,7 @@ No web framework here: `http_errors.install_error_handlers` maps them onto respo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -51,6 +52,20 @@ class BadRequest(ServiceError):
 class InvalidInput(ServiceError):
     status = 422
     code = "invalid_input"
+
+
+def invalid_fields(errors: Iterable[Mapping[str, Any]], prefix: str = "") -> InvalidInput:
+    """A 422 naming each field that failed validation (pydantic's `errors()`); a body that is not JSON says so."""
+    problems: list[dict[str, Any]] = []
+    for error in errors:
+        if error["type"] == "json_invalid":
+            reason = (error.get("ctx") or {}).get("error", "")
+            problems.append({"field": "body", "message": f"the request body is not valid JSON ({reason})"})
+            continue
+        field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
+        problems.append({"field": field, "message": error["msg"]})
+    message = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+    return InvalidInput(prefix + message, code="invalid_input", detail=problems)
 
 
 class NotFound(ServiceError):

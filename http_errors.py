@@ -7,14 +7,13 @@ Everything that can go wrong (a domain error, a body that does not validate, an 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from errors import InvalidInput, ServiceError
+from errors import ServiceError, invalid_fields
 from openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
@@ -35,20 +34,6 @@ class HttpError(ServiceError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message, code=_STATUS_CODES.get(status, "http_error"))
         self.status = status
-
-
-def validation_error(exc: RequestValidationError) -> InvalidInput:
-    """A request that does not validate, with each problem's field; a body that is not JSON says so."""
-    problems: list[dict[str, Any]] = []
-    for error in exc.errors():
-        if error["type"] == "json_invalid":
-            reason = (error.get("ctx") or {}).get("error", "")
-            problems.append({"field": "body", "message": f"the request body is not valid JSON ({reason})"})
-            continue
-        field = ".".join(str(part) for part in error["loc"] if part != "body") or "body"
-        problems.append({"field": field, "message": error["msg"]})
-    message = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-    return InvalidInput(message, code="invalid_input", detail=problems)
 
 
 OPENAI_PREFIX = "/v1/"
@@ -73,7 +58,7 @@ def install_error_handlers(app: FastAPI, retry_after: float) -> None:
         assert isinstance(exc, RequestValidationError)
         if request.url.path.startswith(OPENAI_PREFIX):
             return JSONResponse(validation_error_body(exc.errors()), status_code=422)
-        return error_response(validation_error(exc), retry_after, request.url.path)
+        return error_response(invalid_fields(exc.errors()), retry_after, request.url.path)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError
+from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
 from protocol import LiveMessage, LiveOptions
 from text import Chunk, PhraseSegmenter
 from word_timings import Words
@@ -116,8 +116,7 @@ def options(query: dict[str, str], first: dict[str, Any] | None) -> LiveOptions:
     try:
         return LiveOptions.model_validate(given)
     except ValidationError as exc:
-        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise InvalidInput(f"live request options: {fields}", code="invalid_input") from None
+        raise invalid_fields(exc.errors(), "live request options: ") from None
 
 
 _MESSAGE_KEYS = frozenset(LiveMessage.model_fields)

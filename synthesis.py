@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
+from pydantic import ValidationError
 
 from audio import AudioFormat, codec_sample_rate, encode_whole, open_encoder, to_pcm16
 from cache import MemoryCache, synthesis_key
@@ -26,7 +27,7 @@ from catalog import VoiceCatalog
 from engine_pool import EnginePool
 from engines import FAMILIES
 from engines.base import Engine, Param, SynthesisOptions, VoiceRef
-from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
+from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable, invalid_fields
 from live import LiveText
 from metrics import Metrics
 from pcm_cache import PcmCache
@@ -462,7 +463,10 @@ class SynthesisService:
                 f"{' and '.join(foreign)} {verb} not apply to engine {engine.name!r} (it takes: {takes})",
                 code="unsupported_parameter",
             )
-        params: dict[str, Param] = spec.params.model_validate(given).model_dump()
+        try:
+            params: dict[str, Param] = spec.params.model_validate(given).model_dump()
+        except ValidationError as exc:  # a check of the family's own, beyond the request field's range
+            raise invalid_fields(exc.errors()) from None
         if isinstance(params.get("speed"), float):
             params["speed"] = round(float(params["speed"]), 3)
         engine.check_params(params)

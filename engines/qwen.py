@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from engines.artefacts import PreparedVoices, model_key, read_clip, save_array
 from engines.base import (
@@ -408,6 +408,13 @@ class QwenParams(EngineParams):
     non_streaming_mode: bool = Field(
         False, description="Qwen3-TTS: read the whole text before speaking (default false: text fed in as it speaks)."
     )
+
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _speaks_at_least_a_frame(cls, value: int) -> int:
+        if value == 1:  # the first step only reads the text: one step makes no audio at all
+            raise ValueError("must be 0 (this node's bound) or at least 2: the first step makes no audio")
+        return value
 
 
 class QwenSettings(EngineSettings):
