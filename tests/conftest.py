@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from seams import MARGIN_SECONDS, PAUSE_SECONDS
+from text import Pause
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,6 +37,14 @@ def wav_clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16_000, fmt:
     buffer = io.BytesIO()
     sf.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype="PCM_16")
     return buffer.getvalue()
+
+
+def joined_samples(generations: int, samples: int, rate: int, pause: Pause = "sentence") -> int:
+    """The length of a response of `generations` model generations of `samples` each, audible from end to end (a
+    tiny random model's noise), as the seam joiner joins them: each seam is the pause, less the quiet margin the
+    next generation's onset would keep (it has none)."""
+    seam = round(PAUSE_SECONDS[pause] * rate) - round(MARGIN_SECONDS * rate)
+    return generations * samples + (generations - 1) * seam
 
 
 class ServerProcess:

@@ -175,7 +175,8 @@ def test_a_disconnect_mid_way_frees_the_gpu_thread(node: ServerProcess) -> None:
     lines = (json.dumps({"text": long_text}) + "\n").encode()
     with httpx.Client(base_url=node.url, timeout=120, headers=AUTH) as client:
         with client.stream("POST", "/tts/live", content=lines) as response:
-            next(response.iter_raw())
+            audio = response.iter_raw()  # held: a dropped iterator closes the connection at once
+            next(audio)
             assert running(node) == 1
     poll(lambda: running(node) == 0, 60, "the abandoned live request to leave the GPU thread")
     assert "tts/live outcome=cancelled" in node.log()

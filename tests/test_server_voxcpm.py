@@ -11,7 +11,7 @@ import httpx
 import pytest
 import soundfile as sf
 
-from conftest import ServerProcess, wav_clip
+from conftest import ServerProcess, joined_samples, wav_clip
 
 MAX_LEN = 16  # patches per generation (the random model never stops early): 16 x 7680 samples
 GENERATION = MAX_LEN * 7680
@@ -78,7 +78,7 @@ def test_stream_forwards_pieces_as_they_are_generated(client: httpx.Client, voic
         for chunk in response.iter_raw():
             arrivals.append(time.perf_counter() - started)
             size += len(chunk)
-    assert size == 4 * GENERATION * 2  # ceil(7 / 2) generations, s16le
+    assert size == joined_samples(4, GENERATION, 48_000) * 2  # ceil(7 / 2) generations, s16le
     assert len(arrivals) >= 8
     assert arrivals[0] < 0.5 * arrivals[-1]
 
@@ -94,7 +94,7 @@ def test_generation_caps_split_long_text(
     # Defaults: 80 characters and 3 sentences per generation. The first sentence is always a generation of its own.
     response = client.post("/tts", json={"text": SEVEN, "voice_id": voices["xvector"], **caps})
     assert response.status_code == 200, response.text
-    assert len(sf.read(io.BytesIO(response.content))[0]) == generations * GENERATION
+    assert len(sf.read(io.BytesIO(response.content))[0]) == joined_samples(generations, GENERATION, 48_000)
 
 
 def test_registrations_that_lack_a_transcript_are_refused(client: httpx.Client) -> None:
@@ -121,7 +121,7 @@ def test_parameter_bounds(client: httpx.Client, voices: dict[str, str], body: di
 
 
 def test_voxcpm_parameters_do_not_apply_to_kokoro(client: httpx.Client) -> None:
-    response = client.post("/tts", json={"text": "hi", "voice_id": "jf_alpha", "cfg_value": 2.0})
+    response = client.post("/tts", json={"text": "hi", "voice_id": "af_heart", "cfg_value": 2.0})
     assert response.status_code == 422 and response.json()["code"] == "unsupported_parameter"
 
 

@@ -59,6 +59,10 @@ import json
 import pathlib
 
 SEED = 20240611
+OUTPUT_LAYER = "decoder.decoder.2.conv."
+OUTPUT_GAIN = 100.0
+"""The codec's last convolution is scaled so that the random decoder's noise peaks near 0.3 (at init it peaks near
+0.003, which the seam joiner rightly takes for silence and trims away)."""
 
 CODEBOOK_SIZE = 64  # codec codebook entries (real: 2048)
 NUM_CODE_GROUPS = 16  # real value; the codec encoder hard-codes 16 valid quantizers
@@ -423,6 +427,8 @@ def build_tiny_qwen3_tts(
             codec_weights[key] = mx.random.normal(codec_weights[key].shape)
         elif key.startswith("encoder_model.") and key.endswith(".codebook.cluster_usage"):
             codec_weights[key] = mx.ones(codec_weights[key].shape)
+        elif key.startswith(OUTPUT_LAYER):
+            codec_weights[key] = codec_weights[key] * OUTPUT_GAIN
     mx.eval(weights, codec_weights)
 
     _check_layout(weights, Model.sanitize, weights)

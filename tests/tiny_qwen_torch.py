@@ -20,7 +20,8 @@ Generation length: `codec_eos_token_id` is the talker's vocabulary size, an id i
 runs exactly `max_new_tokens` steps, which give `max_new_tokens - 1` audio frames (the first step only prefills).
 
 Weights: the package's own classes under `torch.manual_seed(SEED)`. The codec's codebooks, zeros at init (every clip
-would encode to code 0 and decode to silence), get seeded random centroids. The codec's encoder weights are stored
+would encode to code 0 and decode to silence), get seeded random centroids, and its last layer a gain that makes
+its output audible. The codec's encoder weights are stored
 in Mimi's original layout, as in the hub checkpoints (engines/qwen_import.py renames them on load). Every build is
 identical.
 """
@@ -43,6 +44,10 @@ from tiny_mlx_qwen3 import (
 from engines.qwen_import import CODEC_ENCODER_RENAMES, import_qwen_tts
 
 SEED = 20240611
+OUTPUT_LAYER = "decoder.decoder.2.conv."
+OUTPUT_GAIN = 1e4
+"""The codec's last convolution is scaled so that the random decoder's noise peaks near 0.3 (at init it peaks near
+3e-5, -90 dBFS, which the seam joiner rightly takes for silence and trims away)."""
 
 # Mimi (the codec's encoder in Transformers) also builds a decoder-side upsampler whose conv groups must divide its
 # channels; the real codec has 512 of each. mlx-audio's encoder has no such field.
@@ -108,6 +113,8 @@ def build_tiny_qwen_torch(folder: pathlib.Path, *, max_new_tokens: int = 16) -> 
             for name, tensor in codec.state_dict(keep_vars=True).items():
                 if name.endswith((".embed_sum", ".embedding_sum")):  # encoder, decoder codebooks
                     tensor.copy_(torch.randn(tensor.shape))
+                elif name.startswith(OUTPUT_LAYER):
+                    tensor.mul_(OUTPUT_GAIN)
     _save(model, folder / "model.safetensors")
     _save(codec, codec_folder / "model.safetensors", CODEC_ENCODER_RENAMES)
     return folder
