@@ -167,7 +167,9 @@ class TimedSpeech(BaseModel):
 
 class ReadyState(BaseModel):
     status: Literal["ready", "warming", "failed", "draining"]
-    reason: str | None = Field(None, description="Why not ready; left out for a caller without a key on a node with keys.")
+    reason: str | None = Field(
+        None, description="Why not ready; left out for a caller without a key on a node with keys."
+    )
 
 
 class VoiceCreated(BaseModel):
