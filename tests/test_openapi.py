@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -236,7 +237,8 @@ def test_schemathesis_finds_no_server_error_and_no_answer_the_schema_does_not_al
         "run", f"{server.url}/openapi.json", "--max-examples", str(SCHEMATHESIS_EXAMPLES),
         "--seed", str(SCHEMATHESIS_SEED), "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path / "hypothesis")}  # not in the checkout
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     summary = json.loads(report.read_text())
     assert (summary["failures"], summary["errors"], run.returncode) == ([], [], 0), run.stdout[-20_000:]
     assert summary["operations"]["tested"] == len(list(operations(httpx.get(server.url + "/openapi.json").json())))
