@@ -8,6 +8,7 @@ One `Encoder` per response turns s16le mono PCM, fed as the engine produces it, 
 from __future__ import annotations
 
 import struct
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -199,6 +200,9 @@ class _AvEncoder(Encoder):
         self._samples = 0
         self._odd_byte = b""
         self._finished = False
+        # A request cancelled while a worker thread encodes closes the encoder from the event loop: closing waits
+        # for that step, since FFmpeg crashes the process when a container is freed under a running encode.
+        self._lock = threading.Lock()
         self._sink = _Sink()
         self._container = av.open(self._sink, mode="w", format=codec.muxer, options=codec.muxer_options)
         try:
@@ -217,6 +221,10 @@ class _AvEncoder(Encoder):
             raise
 
     def feed(self, pcm: bytes) -> bytes:
+        with self._lock:
+            return self._feed(pcm)
+
+    def _feed(self, pcm: bytes) -> bytes:
         if self._finished:
             raise RuntimeError("feed after finish: this encoder's stream is complete")
         data = self._odd_byte + pcm if self._odd_byte else pcm
@@ -240,15 +248,18 @@ class _AvEncoder(Encoder):
                 yield out
 
     def finish(self) -> bytes:
-        if self._finished:
-            raise RuntimeError("finish called twice")
-        self._finished = True
-        self._mux(None)  # a half sample left over is dropped: it is not a sample
-        self._container.close()
-        return self._sink.take()
+        with self._lock:
+            if self._finished:
+                raise RuntimeError("finish called twice")
+            self._finished = True
+            self._mux(None)  # a half sample left over is dropped: it is not a sample
+            self._container.close()
+            return self._sink.take()
 
     def close(self) -> None:
-        self._container.close()
+        with self._lock:
+            self._finished = True  # nothing is fed after this, not even by a step already queued on a worker
+            self._container.close()
 
     def _mux(self, frame: av.AudioFrame | None) -> None:
         # PyAV converts to the codec's sample format, rate and frame size on the way in (its own resampler).

@@ -73,6 +73,11 @@ class ApiKeys:
         return Identity(key or ANONYMOUS, admin=True)
 
 
+def is_public(path: str, public: tuple[str, ...]) -> bool:
+    """Whether `path` is one of the `public` paths or lies under one."""
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in public)
+
+
 class Authenticate:
     """ASGI middleware: decides a request's principal before any route reads its body, so an unauthenticated client
     gets its 401 without the server parsing (or even receiving) what it sent. Public paths pass without a key; the
@@ -84,9 +89,6 @@ class Authenticate:
         self.public = public
         self.retry_after = retry_after
 
-    def _is_public(self, path: str) -> bool:
-        return any(path == prefix or path.startswith(prefix + "/") for prefix in self.public)
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -97,7 +99,7 @@ class Authenticate:
             if scope["type"] == "websocket":  # refused before the handshake completes: the client sees a 403
                 await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
                 return
-            if not self._is_public(scope["path"]):
+            if not is_public(scope["path"], self.public):
                 await error_response(exc, self.retry_after, scope["path"])(scope, receive, send)
                 return
             identity = None

@@ -48,8 +48,9 @@ class VoiceCatalog:
             return builtin
         if not is_voice_id(name):
             for engine_name in self.pool.unready():
-                # An engine that is loading or failed cannot list its packs yet: the name may be one of them.
-                if not self.pool.engines[engine_name].builtin_voices():
+                # An engine that is loading or failed cannot list its packs yet: the name may be one of them. A
+                # family that clones from clips has no named voices: an unknown name is not its (404, not 503).
+                if FAMILIES[engine_name].accepts_packs and not self.pool.engines[engine_name].builtin_voices():
                     self.pool.engine_for(engine_name)
             raise _no_voice(name)
         try:

@@ -7,11 +7,15 @@ Everything that can go wrong (a domain error, a body that does not validate, an 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from errors import ServiceError, invalid_fields
 from openai_protocol import service_error_body, validation_error_body
@@ -25,6 +29,7 @@ _STATUS_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_input",
+    426: "upgrade_required",
 }
 
 
@@ -34,6 +39,18 @@ class HttpError(ServiceError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message, code=_STATUS_CODES.get(status, "http_error"))
         self.status = status
+
+
+def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods of the resource a request's path names: those of every route with the path template of the first
+    route that matches it (the router's 405 names only that route's, so GET /voices hid POST /voices). The first
+    match decides, as it does for routing: /voices/bundle is not /voices/{voice_id}."""
+    contexts = iter_route_contexts(routes)
+    matching = [route for route in contexts if route.methods and route.matches(scope)[0] != Match.NONE]
+    if not matching:
+        return []
+    template = matching[0].path
+    return sorted({method for route in matching if route.path == template for method in route.methods or ()})
 
 
 OPENAI_PREFIX = "/v1/"
@@ -62,8 +79,13 @@ def install_error_handlers(app: FastAPI, retry_after: float) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        response = error_response(HttpError(exc.status_code, str(exc.detail)), retry_after, request.url.path)
-        response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+        headers = dict(exc.headers or {})
+        message = str(exc.detail)
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request.app.router.routes, request.scope))
+            message = f"{request.method} is not allowed here; this resource takes {headers['Allow']}"
+        response = error_response(HttpError(exc.status_code, message), retry_after, request.url.path)
+        response.headers.update(headers)
         return response
 
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:

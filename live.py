@@ -164,15 +164,16 @@ async def open_session(synthesis: SynthesisService, ctx: RequestContext, query: 
     try:
         first = await _next(inbox, settings.live_idle_timeout_s)
         chosen = options(query, {key: value for key, value in (first or {}).items() if key not in _MESSAGE_KEYS})
+        # The first message is checked before the answer starts, so a wrong one still gets its error status.
+        head = message({key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS})
         speech, text = await synthesis.speak_live(chosen, ctx, timed)
     except BaseException:
         reader.cancel()
         raise
-    head = {key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS}
 
     async def feed() -> None:
         try:
-            ended = first is None or _apply(message(head), text)
+            ended = first is None or _apply(head, text)
             while not ended:
                 item = await _next(inbox, settings.live_idle_timeout_s, text, settings.live_flush_ms / 1000)
                 ended = item is None or _apply(message(item), text)

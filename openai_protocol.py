@@ -12,7 +12,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -55,7 +55,7 @@ class VoiceObject(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, pattern=r"\S")
 
 
 class SpeechRequest(BaseModel):
@@ -69,7 +69,7 @@ class SpeechRequest(BaseModel):
 
     model: str = Field(min_length=1, description="tts-1, tts-1-hd, gpt-4o-mini-tts (the default engine) or an engine.")
     input: str = Field(min_length=1, description="Text to speak.")
-    voice: str | VoiceObject = Field(
+    voice: Annotated[str, Field(pattern=r"\S")] | VoiceObject = Field(
         description="An OpenAI voice name (mapped by the voice table), a built-in voice, a blend, a registered "
         'voice id, or {"id": "..."}.'
     )

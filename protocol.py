@@ -6,14 +6,15 @@ once, with its range and default, in its engine's module.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from audio import AudioFormat
+from registry import MAX_REF_TEXT_CHARS
 from word_timings import CaptionFormat
-from engines import ENGINE_SPECS
+from engines import ENGINE_SPECS, FAMILIES
 
 
 class VoiceFields(BaseModel):
@@ -37,7 +38,13 @@ class VoiceFields(BaseModel):
 class SpeechFields(VoiceFields):
     """The fields of `POST /tts` and `POST /tts/stream` that every engine takes."""
 
-    text: str = Field(description="Text to speak. Longer than POLYTTS_MAX_TEXT_CHARS is a 413.")
+    text: str = Field(
+        description="Text to speak. Longer than POLYTTS_MAX_TEXT_CHARS once normalized is a 413; text with nothing "
+        "to speak (no letter, digit or symbol) a 422 `empty_text`.",
+        # Documented, not validated here: the lifecycle refuses it with its own codes (empty_text, text_too_long),
+        # and the schema's maxLength is the node's setting (api_docs.install).
+        json_schema_extra={"minLength": 1},
+    )
     max_chars_per_gen: int | None = Field(
         None, ge=0, le=100_000, description="Cap on the characters of one generation; 0 is unlimited (engine default)."
     )
@@ -113,6 +120,56 @@ class LiveMessage(BaseModel):
 
 ENGINE_PARAMS: tuple[str, ...] = tuple(name for name in TTSRequest.model_fields if name not in SpeechFields.model_fields)
 """Request fields that are generation parameters of some engine family; another family's is a 422."""
+
+
+# Documentation only: the route reads the form part by part as it arrives (routes.voices.registration_from_form).
+class VoiceForm(BaseModel):
+    """The multipart form of `POST /voices`: a reference clip (`audio`) and its engine, or a Kokoro `voice_pack`."""
+
+    audio: bytes | None = Field(
+        None, description="Reference clip, any format libsndfile decodes, 0.5-60 s, at most POLYTTS_MAX_UPLOAD_BYTES; "
+        "a file part. One of audio or voice_pack is required."
+    )
+    voice_pack: bytes | None = Field(
+        None, description="Kokoro only, instead of audio: one float tensor of shape (510, 1, 256) as .pt, .npy, "
+        ".npz or .safetensors; a file part."
+    )
+    engine: Literal[tuple(FAMILIES)] = Field(  # type: ignore[valid-type]
+        description="The engine the voice is for (kokoro takes a voice_pack, the others a clip)."
+    )
+    ref_text: str | None = Field(
+        None, max_length=MAX_REF_TEXT_CHARS, description="The clip's transcript; required unless x_vector_only_mode."
+    )
+    x_vector_only_mode: bool = Field(False, description="Clone timbre only: no transcript needed.")
+    seed_audio: bytes | None = Field(None, description="An optional tone seed clip (a file part).")
+    seed_text: str | None = Field(None, description="The seed clip's text; required with seed_audio.")
+    replace: bool = Field(False, description="Replace the transcript of a voice already registered under this id.")
+    language: str | None = Field(
+        None, description="The language the voice speaks (ISO code, locale or English name); a request that names "
+        "none follows it."
+    )
+
+
+class WordTimingView(BaseModel):
+    word: str
+    start: float = Field(description="Seconds from the start of the audio.")
+    end: float
+
+
+class TimedSpeech(BaseModel):
+    """`POST /tts` with `timestamps`: the audio and when each word is spoken."""
+
+    audio: str = Field(description="The audio in `format`, base64.", json_schema_extra={"contentEncoding": "base64"})
+    format: AudioFormat
+    sample_rate: int
+    words: list[WordTimingView]
+
+
+class ReadyState(BaseModel):
+    status: Literal["ready", "warming", "failed", "draining"]
+    reason: str | None = Field(
+        None, description="Why not ready; left out for a caller without a key on a node with keys."
+    )
 
 
 class VoiceCreated(BaseModel):

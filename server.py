@@ -21,11 +21,14 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+import api_docs
 import fleet
-from auth import ApiKeys, Authenticate
+from auth import ApiKeys, Authenticate, is_public
 from errors import Unavailable
 from http_errors import install_error_handlers
+from openai_protocol import SpeechRequest
 from middleware import AccessLog, BodyLimit
+from protocol import TTSRequest
 from routes import admin, docs, openai, operations, playground, speech, voices
 from runtime import RuntimeRefused, check_runtime
 from service import Service, build_service
@@ -70,6 +73,8 @@ def create_app(settings: Settings | None = None, build: Callable[[Settings], Ser
     app.add_middleware(AccessLog, own_log=SPEECH_PATHS)
     for area in (voices, speech, openai, operations, admin, playground, docs):
         app.include_router(area.router)
+    api_docs.install(app, public=lambda path: is_public(path, PUBLIC_PATHS), max_text_chars=settings.max_text_chars,
+                     text_fields={TTSRequest.__name__: "text", SpeechRequest.__name__: "input"})  # fmt: skip
     return app
 
 

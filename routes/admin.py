@@ -5,16 +5,21 @@ With API keys configured, every route here needs an admin key (POLYTTS_ADMIN_KEY
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel
 
+import api_docs
 from dependencies import AdminOnly, ServiceDep
+from engines import FAMILIES
 from errors import InvalidInput
 from protocol import UnloadResult
 
-router = APIRouter(tags=["admin"], dependencies=[AdminOnly])
+router = APIRouter(tags=["admin"], dependencies=[AdminOnly], responses=api_docs.errors(403))
+
+_FAMILIES = {"enum": list(FAMILIES)}  # documented, not validated here: one this node does not serve is its 404 or 422
+EngineName = Annotated[str, Path(description="An engine this node serves.", json_schema_extra=_FAMILIES)]
 
 
 class PolicyChange(BaseModel):
@@ -27,22 +32,22 @@ async def engines(service: ServiceDep) -> dict[str, Any]:
     return {"engines": {name: service.engine_report(name) for name in service.pool.engines}}
 
 
-@router.post("/admin/engines/{name}/load")
-async def load_engine(name: str, service: ServiceDep) -> dict[str, Any]:
+@router.post("/admin/engines/{name}/load", responses=api_docs.errors(404, 503))
+async def load_engine(name: EngineName, service: ServiceDep) -> dict[str, Any]:
     """Load an engine now (evicting others unless POLYTTS_COLOAD) and answer once it is ready."""
     service.pool.get(name)
     await service.pool.load(name)
     return service.engine_report(name)
 
 
-@router.post("/admin/engines/{name}/unload", response_model=UnloadResult)
-async def unload_engine(name: str, service: ServiceDep) -> UnloadResult:
+@router.post("/admin/engines/{name}/unload", response_model=UnloadResult, responses=api_docs.errors(404))
+async def unload_engine(name: EngineName, service: ServiceDep) -> UnloadResult:
     service.pool.get(name)
     return UnloadResult(unloaded=await service.gpu.run(service.pool.manager.unload_now, name))
 
 
-@router.put("/admin/engines/{name}/policy")
-async def set_policy(name: str, change: PolicyChange, service: ServiceDep) -> dict[str, Any]:
+@router.put("/admin/engines/{name}/policy", responses=api_docs.errors(404, 422))
+async def set_policy(name: EngineName, change: PolicyChange, service: ServiceDep) -> dict[str, Any]:
     service.pool.set_policy(name, change.policy)
     return service.engine_report(name)
 
@@ -58,8 +63,12 @@ async def scheduler_state(service: ServiceDep) -> dict[str, Any]:
     return service.scheduler_state()
 
 
-@router.post("/model/unload", response_model=UnloadResult)
-async def unload(service: ServiceDep, engine: str | None = None) -> UnloadResult:
+@router.post("/model/unload", response_model=UnloadResult, responses=api_docs.errors(422))
+async def unload(
+    service: ServiceDep,
+    engine: Annotated[str | None, Query(description="The engine; every resident one when left out.",
+                                        json_schema_extra=_FAMILIES)] = None,  # fmt: skip
+) -> UnloadResult:
     """Unload one engine (`?engine=`) or every resident one; the next request loads again."""
     if engine is not None and engine not in service.pool.engines:
         raise InvalidInput(f"engine {engine[:40]!r} is not served by this node", code="engine_unavailable")

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
+import api_docs
 from audio import MEDIA_TYPES
 from dependencies import ServiceDep, SpeechRoute, StreamContext
 from openai_protocol import (
@@ -26,8 +27,15 @@ from protocol import TTSRequest
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=SpeechRoute)
 
+_SPEECH = api_docs.audio(
+    "mp3", 'The audio as it is made; with `stream_format: "sse"`, server-sent events instead, each `data:` one JSON '
+    "event: `speech.audio.delta` (base64 audio in `response_format`), then `speech.audio.done` with usage, or an "
+    "error that ends the stream.", more={SSE_MEDIA_TYPE: {"schema": api_docs.SPEECH_EVENT}}
+)
 
-@router.post("/audio/speech", response_class=StreamingResponse)
+
+@router.post("/audio/speech", response_class=StreamingResponse,
+             responses={**_SPEECH, **api_docs.errors(404, 413, 422, 429, 503, openai=True)})  # fmt: skip
 async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:
     ctx.engine = resolve_model(body.model, service.settings.default_engine, service.pool.engines)
     native = TTSRequest(

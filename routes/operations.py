@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+import api_docs
 from auth import Identity
 from dependencies import ServiceDep, get_identity
 from metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from protocol import ReadyState
 
 router = APIRouter(tags=["operations"])
 
@@ -29,7 +31,10 @@ async def health(service: ServiceDep, keyless: Keyless) -> dict[str, Any]:
     return service.public_health() if keyless else service.health()
 
 
-@router.get("/ready")
+_NOT_READY = {503: {"model": ReadyState, "description": "Not taking work now.", "headers": api_docs.RETRY_AFTER}}
+
+
+@router.get("/ready", response_model=ReadyState, responses=_NOT_READY)
 async def ready(service: ServiceDep, keyless: Keyless) -> JSONResponse:
     """200 when the node takes work; 503 with Retry-After while it warms, has failed, or drains."""
     status, reason = service.status()
@@ -40,7 +45,7 @@ async def ready(service: ServiceDep, keyless: Keyless) -> JSONResponse:
     return JSONResponse(body, status_code=503, headers=retry)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(service: ServiceDep, keyless: Keyless) -> Response:
     """Prometheus metrics; the per-key series (which name the keys) only for a caller with a key."""
     return Response(service.metrics.render(per_key=not keyless), media_type=METRICS_CONTENT_TYPE)

@@ -8,16 +8,17 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request, WebSocket
+from fastapi import APIRouter, HTTPException, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+import api_docs
 from audio import MEDIA_TYPES
 from auth import ANONYMOUS, LIVE_SUBPROTOCOL
 from dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
 from errors import InvalidInput, ServiceError
 from live import json_objects, open_session, serve_websocket
-from protocol import TTSRequest
+from protocol import LiveMessage, LiveOptions, TimedSpeech, TTSRequest
 from synthesis import RequestContext
 from word_timings import captions
 
@@ -25,8 +26,16 @@ CAPTION_MEDIA_TYPES = {"vtt": "text/vtt; charset=utf-8", "srt": "application/x-s
 
 router = APIRouter(route_class=SpeechRoute, tags=["speech"])
 
+_SPEECH_ERRORS = api_docs.errors(404, 413, 422, 429, 503)
+_CAPTIONS = {media_type.split(";")[0]: {"schema": {"type": "string"}} for media_type in CAPTION_MEDIA_TYPES.values()}
+_FILE = api_docs.audio(
+    "wav", "The whole audio; with `timestamps`, JSON with the audio and its word timings; with format vtt or srt, "
+    "captions (only X-Engine then).", more=_CAPTIONS, model=TimedSpeech, always=["X-Engine"]
+)
+_STREAM = api_docs.audio("pcm", "The audio as it is made (a chunked body).")
 
-@router.post("/tts", response_class=Response)
+
+@router.post("/tts", response_class=Response, responses={**_FILE, **_SPEECH_ERRORS})
 async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Response:  # type: ignore[valid-type]
     fmt = body.format or "wav"
     captioned = fmt in CAPTION_MEDIA_TYPES
@@ -37,14 +46,14 @@ async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Resp
         return Response(captions(speech.words, fmt), media_type=CAPTION_MEDIA_TYPES[fmt], headers=headers)
     headers = {**speech.headers(fmt), "Server-Timing": speech.timings.server_timing()}
     if body.timestamps:
-        words = [word.public() for word in speech.words]
-        content = {"audio": base64.b64encode(audio).decode(), "format": fmt, "sample_rate": speech.plan.engine.sample_rate,
-                   "words": words}  # fmt: skip
-        return JSONResponse(content, headers=headers)
+        timed = TimedSpeech(audio=base64.b64encode(audio).decode(), format=fmt,
+                            sample_rate=speech.plan.engine.sample_rate,
+                            words=[word.public() for word in speech.words])  # fmt: skip
+        return JSONResponse(timed.model_dump(), headers=headers)
     return Response(audio, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
-@router.post("/tts/stream", response_class=StreamingResponse)
+@router.post("/tts/stream", response_class=StreamingResponse, responses={**_STREAM, **_SPEECH_ERRORS})
 async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:  # type: ignore[valid-type]
     fmt = body.format or "pcm"
     if fmt in CAPTION_MEDIA_TYPES or body.timestamps:
@@ -68,7 +77,15 @@ class DuplexStreamingResponse(StreamingResponse):
         await self.stream_response(send)
 
 
-@router.api_route("/tts/live", methods=["POST", "PUT"], response_class=DuplexStreamingResponse)  # PUT: curl -T -
+_LIVE: dict[str, Any] = {
+    "response_class": DuplexStreamingResponse,
+    "responses": {**_STREAM, **api_docs.errors(404, 408, 413, 422, 429, 503)},
+    "openapi_extra": api_docs.live_body(LiveOptions, LiveMessage),
+}
+
+
+@router.post("/tts/live", **_LIVE)
+@router.put("/tts/live", **_LIVE)  # curl -T -
 async def tts_live(request: Request, service: ServiceDep, principal: Principal) -> Response:
     """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
     complete; options in the query string or the first message."""
@@ -93,6 +110,12 @@ async def tts_live(request: Request, service: ServiceDep, principal: Principal) 
             await session.close()
 
     return DuplexStreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=session.speech.headers(fmt))
+
+
+@router.get("/tts/live/ws", include_in_schema=False)
+async def tts_live_ws_over_http() -> Response:
+    """The WebSocket route asked without a handshake: 426 for a GET, and (the router's) 405 for other methods."""
+    raise HTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
 
 
 @router.websocket("/tts/live/ws")

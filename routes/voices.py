@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
+import api_docs
 import bundles
 from dependencies import ServiceDep
 from engines import FAMILIES
 from errors import Conflict, InvalidInput
-from protocol import VoiceCreated
-from registry import Registration, check_voice_id
+from protocol import VoiceCreated, VoiceForm
+from registry import VOICE_ID_RE, Registration, check_voice_id
 from text import LANGUAGES
 from uploads import FormPart, read_body, read_form
 from voice_entry import excerpt
 
 router = APIRouter(tags=["voices"])
+
+VoiceName = Annotated[str, Path(description="A registered voice id, or the name of a built-in voice.")]
+VoiceId = Annotated[str, Path(description="A registered voice id: 16 lowercase hex digits (anything else is a 422).",
+                              json_schema_extra={"pattern": f"^{VOICE_ID_RE.pattern}$"})]  # fmt: skip
+_EXISTED = {200: {"model": VoiceCreated, "description": "The same registration exists already: nothing was written."}}
+_UPLOAD_ERRORS = api_docs.errors(409, 413, 422, 503, 507)
 
 
 def _flag(parts: dict[str, FormPart], name: str) -> bool:
@@ -66,7 +73,8 @@ def _language(parts: dict[str, FormPart]) -> str | None:
     return language.code
 
 
-@router.post("/voices", response_model=VoiceCreated, status_code=201)
+@router.post("/voices", response_model=VoiceCreated, status_code=201, openapi_extra=api_docs.form_body(VoiceForm),
+             responses={**_EXISTED, **_UPLOAD_ERRORS, **api_docs.errors(400, 415)})  # fmt: skip
 async def register_voice(request: Request, service: ServiceDep) -> JSONResponse:
     with service.uploads.reservation() as held:  # uploads held in memory count against one budget
         parts = await read_form(request, file_limit=service.settings.max_upload_bytes, reservation=held)
@@ -80,7 +88,9 @@ async def list_voices(service: ServiceDep) -> dict[str, Any]:
     return {"voices": await asyncio.to_thread(service.catalog.listing)}
 
 
-@router.post("/voices/bundle", response_model=VoiceCreated, status_code=201)
+@router.post("/voices/bundle", response_model=VoiceCreated, status_code=201, responses={**_EXISTED, **_UPLOAD_ERRORS},
+             openapi_extra=api_docs.file_body(bundles.MEDIA_TYPE, "A voice bundle, as GET /voices/{voice_id}/bundle "
+                                              "answers it."))  # fmt: skip
 async def import_bundle(request: Request, service: ServiceDep) -> JSONResponse:
     """Register a voice from another node's bundle (a zip): refused, with nothing written, unless its content hashes
     to the id it claims."""
@@ -93,8 +103,9 @@ async def import_bundle(request: Request, service: ServiceDep) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=201 if created else 200)
 
 
-@router.get("/voices/{voice_id}/bundle", response_class=Response)
-async def export_bundle(voice_id: str, service: ServiceDep) -> Response:
+@router.get("/voices/{voice_id}/bundle", response_class=Response,
+            responses={**api_docs.file_answer(bundles.MEDIA_TYPE, "The bundle."), **api_docs.errors(404, 422)})
+async def export_bundle(voice_id: VoiceId, service: ServiceDep) -> Response:
     """The registration as a self-contained archive (clip, transcript, engine, mode, seed; no derived caches)."""
     entry = await asyncio.to_thread(service.registry.lookup, voice_id)
     data = await asyncio.to_thread(bundles.export, entry)
@@ -102,13 +113,13 @@ async def export_bundle(voice_id: str, service: ServiceDep) -> Response:
     return Response(data, media_type=bundles.MEDIA_TYPE, headers={"Content-Disposition": disposition})
 
 
-@router.get("/voices/{name}")
-async def get_voice(name: str, service: ServiceDep) -> dict[str, Any]:
-    return service.catalog.view(await asyncio.to_thread(service.catalog.get, name))
+@router.get("/voices/{voice_id}", responses=api_docs.errors(404))
+async def get_voice(voice_id: VoiceName, service: ServiceDep) -> dict[str, Any]:
+    return service.catalog.view(await asyncio.to_thread(service.catalog.get, voice_id))
 
 
-@router.delete("/voices/{voice_id}")
-async def delete_voice(voice_id: str, service: ServiceDep) -> dict[str, str]:
+@router.delete("/voices/{voice_id}", responses=api_docs.errors(404, 409, 422))
+async def delete_voice(voice_id: VoiceName, service: ServiceDep) -> dict[str, str]:
     if voice_id in service.catalog.builtins():
         raise Conflict(f"{voice_id!r} is a built-in voice and cannot be deleted", code="builtin_voice")
     entry = await asyncio.to_thread(service.registry.delete, check_voice_id(voice_id))

@@ -162,3 +162,15 @@ def test_an_abandoned_stream_frees_the_gpu_thread(client: openai.OpenAI, node: S
     while httpx.get(node.url + "/health", headers=KEYED).json()["inflight"]["running"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert httpx.get(node.url + "/health", headers=KEYED).json()["inflight"]["running"] == 0
+
+
+def test_a_client_that_leaves_an_encoded_event_stream_leaves_the_node_up(node: ServerProcess) -> None:
+    """The client goes away while the stream's encoder runs on a worker thread: closing the encoder waits for that
+    step (FFmpeg crashed the process when the container was freed under a running AAC encode)."""
+    body = {"model": "tts-1", "voice": "alloy", "input": LONG, "response_format": "aac", "stream_format": "sse"}
+    for _ in range(4):
+        with httpx.stream("POST", node.url + "/v1/audio/speech", json=body, timeout=120,
+                          headers=KEYED) as response:  # fmt: skip
+            assert response.status_code == 200
+            next(response.iter_bytes())
+    assert httpx.get(node.url + "/health", timeout=10).json()["status"] == "ready"
