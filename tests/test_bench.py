@@ -14,7 +14,7 @@ import numpy as np
 from bench.abuse import PACK_SHAPE, multipart, understated_npz
 from bench.common import SIXTY_WORDS, Playback
 from bench.duplex_http import DuplexRequest
-from bench.live import phrases, tokens
+from bench.live import LiveRun, Phrase, analyse, phrases, tokens
 from text import PhraseSegmenter
 
 
@@ -45,6 +45,22 @@ def test_phrases_are_the_segmenters_with_the_tokens_that_end_and_complete_them()
         assert phrase.last_token <= phrase.completing_token <= len(parts)
     assert found[-1].completing_token == len(parts)  # the last phrase is spoken at the end of the text
     assert [p.last_token for p in found] == sorted({p.last_token for p in found})
+
+
+def test_each_phrase_is_timed_from_its_tokens_to_the_audio_at_its_offset() -> None:
+    said = [Phrase("One two.", last_token=1, completing_token=2), Phrase("Three.", last_token=2, completing_token=3)]
+    run = LiveRun("http", began=0.0, sent=[0.0, 0.1, 0.2, 0.3], sample_rate=24_000,
+                  audio=[(1.0, 4800), (1.05, 4800), (1.5, 9600)])  # fmt: skip
+    result = analyse(run, said, starts=[0, 9600])
+    first, second = ({key: round(value, 3) for key, value in row.items()} for row in result["phrases"])
+    # The first phrase: its last token at 0.1 s, completed by the next at 0.2 s, its audio at 1.0 s.
+    assert first == {"phrase": 1, "chars": 8, "after_last_token_s": 0.9, "text_wait_s": 0.1, "gpu_wait_s": 0.0,
+                     "after_ready_s": 0.8}  # fmt: skip
+    # The second: complete at the end of the text (0.3 s), but the first phrase's audio ran until 1.05 s.
+    assert second == {"phrase": 2, "chars": 6, "after_last_token_s": 1.3, "text_wait_s": 0.1, "gpu_wait_s": 0.75,
+                      "after_ready_s": 0.45}  # fmt: skip
+    playback = result["playback"]  # 0.1 s pieces at 1.0 and 1.05 play until 1.2; the next comes at 1.5
+    assert playback["stalls"] == 1 and round(playback["underrun_s"], 3) == 0.3 and round(playback["audio_s"], 3) == 0.4
 
 
 async def echo_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
