@@ -45,13 +45,12 @@ if __package__ in (None, ""):  # run as `python bench/abuse.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import SIXTY_WORDS, local_server, new_report, run_main  # noqa: E402
-from engines.voicepacks import pack_id  # noqa: E402
+from engines.voicepacks import PACK_SHAPE, pack_id  # noqa: E402
 
 MB = 1 << 20
 API_KEY = "abuse-probe-key"
 SENTENCE = "The cache entry is checked before it is served."
 LONG_TEXT = " ".join([SIXTY_WORDS] * 3)
-PACK_SHAPE = (510, 1, 256)
 OTHER_CLIENT = "127.0.0.2"
 """Another loopback address: to the server, another client."""
 
@@ -107,7 +106,7 @@ class Target:
         if skip:
             outcome.detail = f"skipped: {skip}"
         else:
-            before = self._memory(reset_peak=True)
+            before = self.memory(reset_peak=True)
             started = time.perf_counter()
             try:
                 answer = run()
@@ -117,7 +116,7 @@ class Target:
             except (httpx.HTTPError, OSError, ValueError, KeyError) as exc:
                 outcome.ok, outcome.detail = False, f"{type(exc).__name__}: {exc}"
             outcome.seconds = time.perf_counter() - started
-            after = self._memory(reset_peak=False)
+            after = self.memory(reset_peak=False)
             if before and after:
                 outcome.rss_mb = (after["VmRSS"] - before["VmRSS"]) / 1024
                 outcome.peak_mb = (after["VmHWM"] - before["VmRSS"]) / 1024
@@ -127,7 +126,7 @@ class Target:
         self.outcomes.append(outcome)
         sys.stderr.write(line(outcome) + "\n")
 
-    def _memory(self, reset_peak: bool) -> dict[str, int] | None:
+    def memory(self, reset_peak: bool) -> dict[str, int] | None:
         """VmRSS and VmHWM of the server process in kB; `reset_peak` first sets VmHWM back to VmRSS."""
         if self.pid is None:
             return None
@@ -340,8 +339,9 @@ class SlowReader(threading.Thread):
             with socket.socket() as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
                 sock.connect((host, int(port)))
+                auth = "".join(f"{name}: {value}\r\n" for name, value in self.target.auth.items()).encode()
                 sock.sendall(b"POST /tts/stream HTTP/1.1\r\nHost: polytts\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+                             b"%sContent-Length: %d\r\n\r\n%s" % (auth, len(body), body))  # fmt: skip
                 head = sock.recv(1024)
                 self.status = int(head.split()[1]) if head.startswith(b"HTTP/") else -1
                 self.answered.set()
@@ -354,6 +354,8 @@ class SlowReader(threading.Thread):
 
 
 def slow_readers(target: Target) -> Answer:
+    """Sixteen slow readers of long streams from one address; once every one admitted is detached (it holds no slot
+    now), a client from another address must be admitted."""
     readers = [SlowReader(target, LONG_TEXT) for _ in range(16)]
     try:
         for reader in readers:
@@ -379,15 +381,11 @@ def slow_readers(target: Target) -> Answer:
             reader.halt.set()
 
 
-def voices_post(target: Target, body: bytes, boundary: str = "probe") -> httpx.Response:
-    with target.client() as client:
-        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
-        return client.post("/voices", content=body, headers=headers)
-
-
 def refused_form(target: Target, body: bytes, status: int, code: str, boundary: str = "probe") -> Callable[[], Answer]:
     def run() -> Answer:
-        response = voices_post(target, body, boundary)
+        with target.client() as client:
+            headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+            response = client.post("/voices", content=body, headers=headers)
         expect(response.status_code == status and code_of(response) == code, f"{short(response)}, not {status} {code}")
         return Answer(short(response))
 
@@ -540,6 +538,7 @@ def random_keys(target: Target, count: int = 2000) -> Answer:
             expect(held.status_code == 200, f"the held stream: {held.status_code}")
             pieces = held.iter_raw()  # kept: a dropped iterator would close the stream and free the slot
             next(pieces)
+            before = target.memory(reset_peak=True)
             latencies, statuses = [], set()
             for _ in range(count):
                 started = time.perf_counter()
@@ -547,12 +546,16 @@ def random_keys(target: Target, count: int = 2000) -> Answer:
                 latencies.append(time.perf_counter() - started)
                 statuses.add(short(response))
                 expect(response.status_code == 429, f"request {len(latencies)} was answered {short(response)}")
+            after = target.memory(reset_peak=False)
             grown = [len(client.get(path).content) - size for path, size in zip(("/metrics", "/health"), sizes)]
     expect(max(grown) < 10_000, f"/metrics grew by {grown[0]} bytes, /health by {grown[1]}")
     half = count // 2
     p50 = [sorted(part)[len(part) // 2] * 1000 for part in (latencies[:half], latencies[half:])]
+    rss = ""
+    if before and after:
+        rss = f"; rss over the rejections alone {(after['VmRSS'] - before['VmRSS']) / 1024:+.1f} MB"
     return Answer(" ".join(sorted(statuses)), f"/metrics {sizes[0]} B {grown[0]:+d}, /health {sizes[1]} B "
-                  f"{grown[1]:+d}; p50 {p50[0]:.1f} ms first half, {p50[1]:.1f} ms second")  # fmt: skip
+                  f"{grown[1]:+d}; p50 {p50[0]:.1f} ms first half, {p50[1]:.1f} ms second{rss}")  # fmt: skip
 
 
 # --- running ------------------------------------------------------------------------------------------------------
@@ -620,8 +623,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def summary(report: dict[str, Any]) -> str:
     outcomes = [Outcome(**probe) for probe in report["figures"]["probes"]]
-    failed = report["failed"]
-    tail = f"{len(failed)} of {len(outcomes)} probes failed" if failed else f"all {len(outcomes)} probes held"
+    counts = {verdict: sum(o.ok is verdict for o in outcomes) for verdict in (True, False, None)}
+    tail = f"{counts[True]} probes held, {counts[False]} failed, {counts[None]} skipped"
     return "\n".join([*map(line, outcomes), tail])
 
 
