@@ -9,7 +9,6 @@ Informational (no goal). Writes `bench/results/cache_hits-<UTC time>.json` (or `
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ import httpx
 if __package__ in (None, ""):  # run as `python bench/cache_hits.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import SHORT_TEXT, local_server, new_report, run_main, section, server_view, stats  # noqa: E402
+from bench.common import SHORT_TEXT, figure_main, stats  # noqa: E402
 
 Hit = Callable[[httpx.Client], tuple[float, str]]
 
@@ -97,19 +96,7 @@ def cache_hits(url: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    report = new_report("cache_hits", args)
-    with contextlib.ExitStack() as stack:
-        url = args.url or stack.enter_context(local_server(caches=True))
-        report["server"] = server_view(url)
-        section(report, "cache_hits", lambda: cache_hits(url, args))
-    return report
-
-
-def summary(report: dict[str, Any]) -> str:
-    fig = report["figures"]["cache_hits"]
-    if "error" in fig:
-        return f"cache_hits failed: {fig['error']}"
+def summary(fig: dict[str, Any]) -> str:
     return "\n".join(
         f"{name}: hit latency {fig['latency_s'][name]['median'] * 1000:.1f} ms (median); "
         f"{fig['sequential'][name]['requests_per_s']:.0f} req/s sequential, "
@@ -125,9 +112,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50, help="hits per route for latency (default 50)")
     parser.add_argument("--requests", type=int, default=200, help="hits per throughput test (default 200)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default 4)")
-    parser.add_argument("--out", type=Path, help="JSON output path")
-    args = parser.parse_args()
-    return run_main("cache_hits", lambda: run(args), args.out, summary)
+    return figure_main("cache_hits", parser, cache_hits, summary, caches=True)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """What every benchmark shares: a server of its own, the host it ran on, figures in sections, JSON results.
 
 A benchmark script is `python bench/<figure>.py [--url URL] [--out PATH]`: without `--url` it starts `server.py` on a
-free port (`local_server`), and it writes one JSON file to `bench/results/<figure>-<UTC time>.json` (`write_report`)
-holding `host_report()` (machine, load average, commit) and its figures.
+free port (`local_server`), and it writes one JSON file to `bench/results/<figure>-<UTC time>.json` (`new_report`,
+`write_report`: host, load average, commit, flags and its figures), then prints a short table (`run_main`).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -20,6 +21,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,14 +40,29 @@ SIXTY_WORDS = (
 )
 
 
+@dataclass(frozen=True)
+class LocalServer:
+    """A server.py this benchmark started: where to reach it, its process, and its data folders."""
+
+    url: str
+    pid: int
+    voices_dir: Path
+    cache_dir: Path
+    log_path: Path | None
+    """Where its output goes, when asked for (else it shares this process's stdout and stderr)."""
+
+
 @contextlib.contextmanager
-def local_server(extra_env: Mapping[str, str] | None = None, caches: bool = False) -> Iterator[str]:
+def local_server(
+    extra_env: Mapping[str, str] | None = None, caches: bool = False, log_path: Path | None = None
+) -> Iterator[LocalServer]:
     """server.py on a free port with its own voices and cache folders; caches off unless asked (their default sizes
-    then); `extra_env` adds or overrides POLYTTS_* variables. Yields its URL once `/ready`; stopped on exit."""
+    then); `extra_env` adds or overrides POLYTTS_* variables (POLYTTS_VOICES_DIR: a prepared folder); its output to
+    `log_path` if given. Yields it once `/ready`; stopped on exit."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         env = {
             **os.environ,
             "POLYTTS_PORT": str(port),
@@ -57,11 +74,12 @@ def local_server(extra_env: Mapping[str, str] | None = None, caches: bool = Fals
         if not caches:
             env |= {"POLYTTS_WAV_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
         env |= dict(extra_env or {})
-        proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env)
+        output = stack.enter_context(open(log_path, "ab")) if log_path else None
+        proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env, stdout=output, stderr=output)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_ready(url, proc)
-            yield url
+            yield LocalServer(url, proc.pid, Path(env["POLYTTS_VOICES_DIR"]), Path(env["POLYTTS_CACHE_DIR"]), log_path)
         finally:
             proc.terminate()
             try:
@@ -180,6 +198,37 @@ def section(report: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]])
     report["figures"][name] = result
 
 
+def figure_main(
+    benchmark: str,
+    parser: argparse.ArgumentParser,
+    measure: Callable[[str, argparse.Namespace], dict[str, Any]],
+    describe: Callable[[dict[str, Any]], str],
+    extra_env: Mapping[str, str] | None = None,
+    caches: bool = False,
+) -> int:
+    """The `main` of a benchmark that measures one figure, named after it, on one server: `--url`'s (the parser has
+    it), else its own (`local_server(extra_env, caches)`). Adds `--out` to the parser, runs `measure(url, args)` and
+    prints `describe(figure)`. The figure's `failed` list (checks that did not hold), or its error, fails the run."""
+    parser.add_argument("--out", type=Path, help="JSON output path")
+    args = parser.parse_args()
+
+    def run() -> dict[str, Any]:
+        report = new_report(benchmark, args)
+        with contextlib.ExitStack() as stack:
+            url = args.url or stack.enter_context(local_server(extra_env, caches)).url
+            report["server"] = server_view(url)
+            section(report, benchmark, lambda: measure(url, args))
+        figure = report["figures"][benchmark]
+        report["failed"] = [benchmark] if "error" in figure else figure.get("failed", [])
+        return report
+
+    def summary(report: dict[str, Any]) -> str:
+        figure = report["figures"][benchmark]
+        return f"{benchmark} failed: {figure['error']}" if "error" in figure else describe(figure)
+
+    return run_main(benchmark, run, args.out, summary)
+
+
 def write_report(report: dict[str, Any], out: Path | None = None) -> Path:
     """bench/results/<benchmark>-<UTC time>.json unless `out` says otherwise; returns the path."""
     report.setdefault("host", {})["load_average_end"] = load_average()
@@ -238,11 +287,60 @@ def measure_stream(
     return {"ttfa_s": first or total, "total_s": total, "audio_s": audio, "rtf": total / audio, "cache": cache}
 
 
+@dataclass
+class Playback:
+    """A listener that starts playing at the first audio, plays in real time and pauses whenever it runs dry: what
+    a client playing a stream as it arrives hears. Times are `time.perf_counter()` readings."""
+
+    began: float
+    """When the request started (time to first audio counts from here)."""
+    first_audio: float | None = None
+    audio_s: float = 0.0
+    underrun_s: float = 0.0
+    """Time spent paused after the first audio, waiting for more."""
+    stalls: int = 0
+    max_stall_s: float = 0.0
+    plays_until: float | None = None
+    """When what has arrived so far will have been played."""
+
+    def heard(self, seconds: float, now: float) -> None:
+        """`seconds` of audio arrived at `now`."""
+        if self.plays_until is None:
+            self.first_audio = now
+            self.plays_until = now
+        elif now > self.plays_until:
+            stall = now - self.plays_until
+            self.underrun_s += stall
+            self.stalls += 1
+            self.max_stall_s = max(self.max_stall_s, stall)
+            self.plays_until = now
+        self.plays_until += seconds
+        self.audio_s += seconds
+
+    @property
+    def ttfa_s(self) -> float | None:
+        return None if self.first_audio is None else self.first_audio - self.began
+
+    def public(self) -> dict[str, Any]:
+        return {"ttfa_s": self.ttfa_s, "audio_s": self.audio_s, "underrun_s": self.underrun_s, "stalls": self.stalls,
+                "max_stall_s": self.max_stall_s}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LocalEngine:
+    """An engine loaded in this process (`in_process_engine`)."""
+
+    name: str
+    sample_rate: int
+    voice: str
+    speak: Callable[[str], Iterator[Any]]
+    """Speaks a text as the service does: its chunks, each through the same seam joiner; float32 pieces."""
+
+
 @contextlib.contextmanager
-def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterator[Callable[[str], Iterator[Any]]]:
+def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterator[LocalEngine]:
     """An engine built and loaded in this process the way the server builds it (the default engine, and `overrides`
-    as settings), and a function that speaks a text as the service does: its chunks, each through the same seam
-    joiner, yielding float32 pieces. For measuring the engine without the service around it."""
+    as settings), with a function that speaks as the service does. For measuring the engine without the service."""
     from engine_pool import build_engines
     from engines import ENGINE_SPECS, FAMILIES
     from engines.base import SynthesisOptions
@@ -268,7 +366,7 @@ def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterat
                 yield from voicing.chunk(chunk, engine.prepare_voice(voice), last=index == len(chunks) - 1)
             engine.release()
 
-        yield speak
+        yield LocalEngine(engine.name, engine.sample_rate, name, speak)
     finally:
         engine.unload()
 
@@ -314,7 +412,8 @@ def reap_children(grace: float = 10.0) -> list[int]:
 def run_main(
     benchmark: str, run: Callable[[], dict[str, Any]], out: Path | None, summary: Callable[[dict[str, Any]], str]
 ) -> int:
-    """The end of every script's `main`: run, stop leftover servers, write the JSON, print a summary."""
+    """The end of every script's `main`: run, stop leftover servers, write the JSON, print a summary. The exit status
+    is 1 when the report lists what `failed` (a check that did not hold), else 0."""
     stop_on_sigterm()
     try:
         report = run()
@@ -325,4 +424,4 @@ def run_main(
     path = write_report(report, out)
     sys.stdout.write(summary(report) + "\n")
     sys.stdout.write(f"wrote {path}\n")
-    return 0
+    return 1 if report.get("failed") else 0

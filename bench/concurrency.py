@@ -31,7 +31,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # run as `python bench/concurrency.py`
 from bench.common import (
     SHORT_TEXT,
     SIXTY_WORDS,
+    Playback,
     local_server,
     new_report,
     run_main,
@@ -77,13 +78,18 @@ class Listening:
     retry_after_s: float | None = None
     answered_s: float | None = None
     """Seconds until the status line (a refusal's latency)."""
-    ttfa_s: float | None = None
-    audio_s: float = 0.0
-    underrun_s: float = 0.0
-    stalls: int = 0
+    playback: Playback | None = None
+    """What a listener playing it from its first byte heard (admitted streams)."""
     total_s: float | None = None
     error: str | None = None
-    arrivals: list[tuple[float, int]] = field(default_factory=list, repr=False)
+
+    @property
+    def ttfa_s(self) -> float | None:
+        return self.playback.ttfa_s if self.playback else None
+
+    @property
+    def underrun_s(self) -> float:
+        return self.playback.underrun_s if self.playback else 0.0
 
 
 def listen(
@@ -115,22 +121,12 @@ def listen(
                         heard.retry_after_s = float(response.headers["retry-after"])
                     return heard
                 rate = int(response.headers["x-sample-rate"])
-                ends: float | None = None
+                heard.playback = Playback(began)
                 for chunk in response.iter_raw():
-                    now = time.perf_counter()
-                    seconds = len(chunk) / 2 / rate
-                    if ends is None:
-                        heard.ttfa_s = now - began
-                        ends = now + seconds
-                        if first_audio is not None:
-                            first_audio.set()
-                    else:
-                        if now > ends:
-                            heard.underrun_s += now - ends
-                            heard.stalls += 1
-                        ends = max(ends, now) + seconds
-                    heard.audio_s += seconds
-                    heard.arrivals.append((now - began, len(chunk)))
+                    first = heard.playback.first_audio is None
+                    heard.playback.heard(len(chunk) / 2 / rate, time.perf_counter())
+                    if first and first_audio is not None:
+                        first_audio.set()
             heard.total_s = time.perf_counter() - began
     except httpx.HTTPError as exc:
         heard.error = f"{type(exc).__name__}: {exc}"
@@ -157,7 +153,8 @@ def together(url: str, jobs: list[tuple[str, str | None]], voice: str | None) ->
 
 
 def public(heard: Listening) -> dict[str, Any]:
-    return {k: v for k, v in asdict(heard).items() if k != "arrivals"}
+    fields = {k: v for k, v in asdict(heard).items() if k != "playback"}
+    return fields | (heard.playback.public() if heard.playback else {"ttfa_s": None, "underrun_s": 0.0})
 
 
 def median(values: list[float]) -> float | None:
@@ -349,7 +346,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report = new_report("concurrency", args)
     with contextlib.ExitStack() as stack:
         # Every client of this benchmark has the same address: the per-address share would hide the scheduler.
-        url = args.url or stack.enter_context(local_server({"POLYTTS_MAX_CLIENT_SHARE": "1"}))
+        url = args.url or stack.enter_context(local_server({"POLYTTS_MAX_CLIENT_SHARE": "1"})).url
         report["server"] = server_view(url)
         for mode in args.modes:
             keyed = mode == "keyed"

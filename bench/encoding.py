@@ -5,39 +5,43 @@
                                                    #   POLYTTS_WAV_CACHE_BYTES=0 POLYTTS_PCM_CACHE_BYTES=0)
     python bench/encoding.py --only in-process     # no server: the encoders over Kokoro PCM made in this process
 
-HTTP: `POST /v1/audio/speech` with the 60-word text of bench/stream.py as `mp3`, `opus` and `pcm` (the formats
-interleaved run by run), time to first byte and total time; encoding's cost is each format's median against `pcm`'s.
-In-process: the default engine speaks the same text chunk by chunk as the service does, and every format's encoder
-is fed those pieces, timed alone: its share of synthesis plus encoding, its cost per second of audio, and the delay
-from the first PCM to the first encoded byte. Goal (issue 12): encoding adds at most 5% to the total time and at
-most 50 ms to the first byte. Writes one JSON file (default `bench/results/encoding-<UTC time>.json`).
+HTTP: `POST /v1/audio/speech` with the 60-word text (bench/common.py SIXTY_WORDS) as `mp3`, `opus` and `pcm` (the
+formats interleaved run by run), time to first byte and total time; encoding's cost is each format's median against
+`pcm`'s. In-process: the default engine speaks the same text chunk by chunk as the service does, and every format's
+encoder is fed those pieces, timed alone: its share of synthesis plus encoding, its cost per second of audio, and the
+delay from the first PCM to the first encoded byte. Goal (issue 12): encoding adds at most 5% to the total time and
+at most 50 ms to the first byte. Writes `bench/results/encoding-<UTC time>.json` (or `--out`) and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as `python bench/encoding.py`: the project and `bench.*` importable
-    sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
+if __package__ in (None, ""):  # run as `python bench/encoding.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from audio import AUDIO_FORMATS, open_encoder, to_pcm16  # noqa: E402
-from bench.common import host_info, in_process_engine, local_server, stats  # noqa: E402
-from bench.stream import CASES  # noqa: E402
+from bench.common import (  # noqa: E402
+    SIXTY_WORDS,
+    in_process_engine,
+    local_server,
+    new_report,
+    run_main,
+    section,
+    server_view,
+    stats,
+)
 from settings import load_settings  # noqa: E402
 
-TEXT = CASES["sixty_words"]
+TEXT = SIXTY_WORDS
 HTTP_FORMATS = ("mp3", "opus", "pcm")
 GOAL_TOTAL_SHARE = 0.05
 GOAL_FIRST_BYTE_S = 0.050
@@ -97,13 +101,13 @@ def bench_http(url: str, runs: int, voice: str, api_key: str | None) -> dict[str
 def synthesize(voice_name: str | None) -> dict[str, Any]:
     """The 60-word text through the default engine as the service chunks and joins it: each PCM piece with the time,
     from the start, at which it was ready."""
-    with in_process_engine(voice_name) as speak:
+    with in_process_engine(voice_name) as engine:
         pieces: list[tuple[float, bytes]] = []
         started = time.perf_counter()
-        for samples in speak(TEXT):
+        for samples in engine.speak(TEXT):
             pieces.append((time.perf_counter() - started, to_pcm16(samples)))
-        return {"voice": voice_name, "sample_rate": 24_000, "synth_s": time.perf_counter() - started,
-                "pieces": pieces}  # fmt: skip
+        return {"engine": engine.name, "voice": engine.voice, "sample_rate": engine.sample_rate,
+                "synth_s": time.perf_counter() - started, "pieces": pieces}  # fmt: skip
 
 
 def encode_timed(fmt: str, pieces: list[tuple[float, bytes]], rate: int) -> dict[str, Any]:
@@ -176,23 +180,39 @@ def bench_in_process(voice: str | None, runs: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def report_lines(report: dict[str, Any]) -> Iterator[str]:
-    local = report.get("in_process")
-    if local:
-        yield f"in-process: {local['engine']} {local['audio_s']:.2f}s of audio in {local['synth_s']:.2f}s"
-        for fmt, r in local["formats"].items():
-            ms = {key: r[key]["median"] * 1000 for key in ("encode_s", "open_s", "first_byte_delay_s")}
-            yield (
-                f"  {fmt:>4}: encode {ms['encode_s']:7.1f} ms ({r['encode_s_per_audio_s'] * 1000:5.2f} ms per audio s, "
-                f"{r['share_of_total']:.2%} of total; open {ms['open_s']:4.1f} ms)  "
-                f"first audio +{ms['first_byte_delay_s']:5.1f} ms  {r['kbit_per_s']:6.1f} kbit/s"
-            )
-    http = report.get("http")
-    if http:
-        yield f"http {http['url']}:"
-        for fmt, r in http["formats"].items():
-            added = f"  (+{r['added_ttfb_s'] * 1000:.0f} ms, {r['added_total_share']:+.1%})" if fmt != "pcm" else ""
-            yield f"  {fmt:>4}: ttfb {r['ttfb_s']['median']:.3f}s  total {r['total_s']['median']:.3f}s{added}"
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    report = new_report("encoding", args)
+    report["goal"] = {"added_total_share": GOAL_TOTAL_SHARE, "added_first_byte_s": GOAL_FIRST_BYTE_S}
+    report["words"] = len(TEXT.split())
+    if args.only != "http":
+        section(report, "in_process", lambda: bench_in_process(args.voice, args.runs))
+    if args.only != "in-process":
+        with contextlib.ExitStack() as stack:
+            url = args.url or stack.enter_context(local_server()).url
+            report["server"] = server_view(url)
+            voice = args.voice or load_settings().default_voice
+            section(report, "http", lambda: bench_http(url, args.runs, voice, args.api_key))
+    return report
+
+
+def summary_lines(report: dict[str, Any]) -> Iterator[str]:
+    for part, result in report["figures"].items():
+        if "error" in result:
+            yield f"{part} failed: {result['error']}"
+        elif part == "in_process":
+            yield f"in-process: {result['engine']} {result['audio_s']:.2f}s of audio in {result['synth_s']:.2f}s"
+            for fmt, r in result["formats"].items():
+                ms = {key: r[key]["median"] * 1000 for key in ("encode_s", "open_s", "first_byte_delay_s")}
+                yield (
+                    f"  {fmt:>4}: encode {ms['encode_s']:7.1f} ms ({r['encode_s_per_audio_s'] * 1000:5.2f} ms per "
+                    f"audio s, {r['share_of_total']:.2%} of total; open {ms['open_s']:4.1f} ms)  "
+                    f"first audio +{ms['first_byte_delay_s']:5.1f} ms  {r['kbit_per_s']:6.1f} kbit/s"
+                )
+        else:
+            yield f"http {result['url']}:"
+            for fmt, r in result["formats"].items():
+                added = f"  (+{r['added_ttfb_s'] * 1000:.0f} ms, {r['added_total_share']:+.1%})" if fmt != "pcm" else ""
+                yield f"  {fmt:>4}: ttfb {r['ttfb_s']['median']:.3f}s  total {r['total_s']['median']:.3f}s{added}"
 
 
 def main() -> int:
@@ -204,29 +224,7 @@ def main() -> int:
     parser.add_argument("--api-key", help="sent as Authorization: Bearer")
     parser.add_argument("--out", type=Path, help="JSON output path")
     args = parser.parse_args()
-    report: dict[str, Any] = {
-        "benchmark": "encoding",
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": host_info(),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
-        "goal": {"added_total_share": GOAL_TOTAL_SHARE, "added_first_byte_s": GOAL_FIRST_BYTE_S},
-        "words": len(TEXT.split()),
-    }
-    if args.only != "http":
-        report["in_process"] = bench_in_process(args.voice, args.runs)
-    if args.only != "in-process":
-        with ExitStack() as stack:
-            url = args.url or stack.enter_context(local_server())
-            report["http"] = bench_http(url, args.runs, args.voice or load_settings().default_voice, args.api_key)
-    out = args.out or ROOT / "bench" / "results" / f"encoding-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    for line in report_lines(report):
-        sys.stdout.write(line + "\n")
-    sys.stdout.write(f"wrote {out}\n")
-    return 0
+    return run_main("encoding", lambda: run(args), args.out, lambda report: "\n".join(summary_lines(report)))
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report = new_report("fairness", args)
     with contextlib.ExitStack() as stack:
         env = {"POLYTTS_FAIRNESS_WEIGHTS": json.dumps(WEIGHTS), "POLYTTS_MAX_PENDING_PER_KEY": str(4 * args.inflight)}
-        url = args.url or stack.enter_context(local_server(env))
+        url = args.url or stack.enter_context(local_server(env)).url
         report["server"] = server_view(url)
         section(report, "gpu_share", lambda: gpu_share(url, args))
     return report

@@ -1,36 +1,33 @@
 """Intelligibility benchmark: synthesize English paragraphs, transcribe them with Whisper base, count the errors.
 
-    python bench/intelligibility.py --url URL                  # the server's default voice
+    python bench/intelligibility.py                            # starts server.py (caches off); its default voice
     python bench/intelligibility.py --url URL --voice af_heart
+    python bench/intelligibility.py --only money --only dates  # some paragraphs only
 
 Each paragraph goes through the server's `POST /tts` (WAV); Whisper base (bench/asr.py, offline) transcribes it with
 word timestamps. Reported per paragraph and overall: the word error rate after normalizing both sides (numbers and
 digits compare equal) and the audible breaks inside phrases (a silence of 0.22 s or more between two words with no
-punctuation between them). Goal: word error rate at most 0.02 and no breaks. Writes one JSON file (default
-`bench/results/intelligibility-<UTC time>.json`).
+punctuation between them). Goal: word error rate at most 0.02 and no breaks. Writes
+`bench/results/intelligibility-<UTC time>.json` (or `--out`) and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
-import logging
-import platform
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import httpx
 import soundfile as sf
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as `python bench/intelligibility.py`: the project importable
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as `python bench/intelligibility.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.asr import Transcriber, report  # noqa: E402
+from bench.common import figure_main  # noqa: E402
 
 WER_GOAL = 0.02
 PARAGRAPHS = {
@@ -64,21 +61,20 @@ PARAGRAPHS = {
 
 
 def synthesize(client: httpx.Client, text: str, voice: str | None, language: str) -> tuple[bytes, float]:
-    body: dict[str, Any] = {"text": text, "language": language}
-    if voice:
-        body["voice_id"] = voice
+    body: dict[str, Any] = {"text": text, "language": language, **({"voice_id": voice} if voice else {})}
     started = time.perf_counter()
     response = client.post("/tts", json=body)
     response.raise_for_status()
     return response.content, time.perf_counter() - started
 
 
-def run(url: str, voice: str | None, language: str, paragraphs: dict[str, str]) -> dict[str, Any]:
+def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    paragraphs = {name: PARAGRAPHS[name] for name in args.only} if args.only else PARAGRAPHS
     transcriber = Transcriber()
     results: dict[str, Any] = {}
     with httpx.Client(base_url=url, timeout=600) as client:
         for name, text in paragraphs.items():
-            wav, synth_s = synthesize(client, text, voice, language)
+            wav, synth_s = synthesize(client, text, args.voice, args.language)
             started = time.perf_counter()
             transcript = transcriber.transcribe(wav)
             results[name] = {
@@ -87,56 +83,41 @@ def run(url: str, voice: str | None, language: str, paragraphs: dict[str, str]) 
                 "synth_s": round(synth_s, 3),
                 "transcribe_s": round(time.perf_counter() - started, 3),
             }
-            entry = results[name]
-            logging.info("%s: WER %.3f (%d/%d), %d break(s)", name, entry["wer"], entry["word_errors"],
-                         entry["reference_words"], len(entry["breaks"]))  # fmt: skip
+            sys.stderr.write(f"[intelligibility] {name}: WER {results[name]['wer']:.3f}\n")
     errors = sum(r["word_errors"] for r in results.values())
     words = sum(r["reference_words"] for r in results.values())
     breaks = sum(len(r["breaks"]) for r in results.values())
     wer = errors / words if words else 0.0
     return {
-        "overall": {
-            "wer": round(wer, 4),
-            "word_errors": errors,
-            "reference_words": words,
-            "breaks": breaks,
-            "goal": {"wer_at_most": WER_GOAL, "breaks": 0},
-            "goal_met": wer <= WER_GOAL and breaks == 0,
-        },
+        "goal": {"wer_at_most": WER_GOAL, "breaks": 0},
+        "met": wer <= WER_GOAL and breaks == 0,
+        "overall": {"wer": round(wer, 4), "word_errors": errors, "reference_words": words, "breaks": breaks},
+        "setup": {"voice": args.voice or "server default", "language": args.language,
+                  "asr": "Whisper base (faster-whisper, CTranslate2 int8, CPU), beam 5, word timestamps"},  # fmt: skip
         "paragraphs": results,
     }
 
 
+def summary(fig: dict[str, Any]) -> str:
+    lines = [f"{'paragraph':<14} {'WER':>6} {'errors':>9} {'breaks':>6} {'audio s':>8}"]
+    for name, r in fig["paragraphs"].items():
+        errors = f"{r['word_errors']}/{r['reference_words']}"
+        lines.append(f"{name:<14} {r['wer']:6.3f} {errors:>9} {len(r['breaks']):6d} {r['audio_s']:8.2f}")
+    overall = fig["overall"]
+    lines.append(
+        f"{'overall':<14} {overall['wer']:6.3f} {overall['word_errors']:>4}/{overall['reference_words']:<4} "
+        f"{overall['breaks']:6d}   goal WER <= {WER_GOAL} and no breaks: {'met' if fig['met'] else 'not met'}"
+    )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True, help="a running PolyTTS server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--url", help="a running server (caches off); default: start one")
     parser.add_argument("--voice", help="voice for every paragraph; default: the server's default voice")
     parser.add_argument("--language", default="en", help="language sent with each request (default en)")
     parser.add_argument("--only", action="append", choices=sorted(PARAGRAPHS), help="run only these paragraphs")
-    parser.add_argument("--out", type=Path, help="JSON path; default bench/results/intelligibility-<UTC>.json")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    paragraphs = {name: PARAGRAPHS[name] for name in args.only} if args.only else PARAGRAPHS
-    started = time.perf_counter()
-    result = {
-        "benchmark": "intelligibility",
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": {"machine": platform.machine(), "python": platform.python_version()},
-        "url": args.url,
-        "voice": args.voice or "server default",
-        "language": args.language,
-        "asr": "Whisper base (faster-whisper, CTranslate2 int8, CPU), beam 5, word timestamps",
-        **run(args.url, args.voice, args.language, paragraphs),
-    }
-    result["elapsed_s"] = round(time.perf_counter() - started, 1)
-    out = args.out or ROOT / "bench" / "results" / f"intelligibility-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    overall = result["overall"]
-    logging.info("overall WER %.4f (%d/%d words), %d break(s) inside phrases; goal %s; written to %s", overall["wer"],
-                 overall["word_errors"], overall["reference_words"], overall["breaks"],
-                 "met" if overall["goal_met"] else "not met", out)  # fmt: skip
-    return 0
+    return figure_main("intelligibility", parser, intelligibility, summary)
 
 
 if __name__ == "__main__":

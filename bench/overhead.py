@@ -10,7 +10,6 @@ service at most 5 % slower (medians). Writes `bench/results/overhead-<UTC time>.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -22,19 +21,15 @@ import httpx
 if __package__ in (None, ""):  # run as `python bench/overhead.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (
+from bench.common import (  # noqa: E402
     SHORT_TEXT,
     SIXTY_WORDS,
-    local_server,
-    new_report,
-    run_main,
-    section,
-    server_timing,
+    figure_main,
     in_process_engine,
-    server_view,
+    server_timing,
     stats,
     wait_idle,
-)  # noqa: E402
+)
 
 
 def overhead(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -43,12 +38,12 @@ def overhead(url: str, args: argparse.Namespace) -> dict[str, Any]:
     text = SIXTY_WORDS if args.text == "sixty_words" else SHORT_TEXT
     body = {"text": text, "language": "en", **({"voice_id": args.voice} if args.voice else {})}
     overrides = {"onnx_threads": server_threads} if server_threads else {}
-    with in_process_engine(args.voice, **overrides) as speak:
+    with in_process_engine(args.voice, **overrides) as engine:
 
         def direct() -> dict[str, Any]:
             started = time.perf_counter()
-            samples = sum(len(piece) for piece in speak(text))
-            return {"total_s": time.perf_counter() - started, "audio_s": samples / 24_000}
+            samples = sum(len(piece) for piece in engine.speak(text))
+            return {"total_s": time.perf_counter() - started, "audio_s": samples / engine.sample_rate}
 
         def http(client: httpx.Client) -> dict[str, Any]:
             started = time.perf_counter()
@@ -57,7 +52,7 @@ def overhead(url: str, args: argparse.Namespace) -> dict[str, Any]:
             response.raise_for_status()
             return {
                 "total_s": total,
-                "audio_s": (len(response.content) - 44) / 2 / 24_000,
+                "audio_s": (len(response.content) - 44) / 2 / engine.sample_rate,
                 "cache": response.headers.get("x-cache"),
                 "server_timing": server_timing(response.headers.get("server-timing", "")),
             }
@@ -93,19 +88,7 @@ def overhead(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    report = new_report("overhead", args)
-    with contextlib.ExitStack() as stack:
-        url = args.url or stack.enter_context(local_server())
-        report["server"] = server_view(url)
-        section(report, "overhead", lambda: overhead(url, args))
-    return report
-
-
-def summary(report: dict[str, Any]) -> str:
-    fig = report["figures"]["overhead"]
-    if "error" in fig:
-        return f"overhead failed: {fig['error']}"
+def summary(fig: dict[str, Any]) -> str:
     return (
         f"overhead: /tts {fig['http_tts_s']['median']:.3f}s vs in-process {fig['direct_s']['median']:.3f}s "
         f"({fig['overhead_percent']:+.1f} %; goal at most 5 %: {'met' if fig['met'] else 'not met'})"
@@ -119,9 +102,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each, for the medians (default 3)")
     parser.add_argument("--text", choices=["one_sentence", "sixty_words"], default="sixty_words")
     parser.add_argument("--pause", type=float, default=0.5, help="s between runs (default 0.5)")
-    parser.add_argument("--out", type=Path, help="JSON output path")
-    args = parser.parse_args()
-    return run_main("overhead", lambda: run(args), args.out, summary)
+    return figure_main("overhead", parser, overhead, summary)
 
 
 if __name__ == "__main__":

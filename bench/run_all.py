@@ -33,6 +33,11 @@ BENCHMARKS = {
     "fairness": "bench/fairness.py",
     "overhead": "bench/overhead.py",
     "cache_hits": "bench/cache_hits.py",
+    "encoding": "bench/encoding.py",
+    "live": "bench/live.py",
+    "intelligibility": "bench/intelligibility.py",
+    "timings": "bench/timings.py",
+    "abuse": "bench/abuse.py",
 }
 
 

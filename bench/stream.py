@@ -37,7 +37,7 @@ def summarize(runs: list[dict[str, float | str]]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     report = new_report("stream", args)
     with contextlib.ExitStack() as stack:
-        url = args.url or stack.enter_context(local_server())
+        url = args.url or stack.enter_context(local_server()).url
         report["server"] = server_view(url)
         with httpx.Client(base_url=url, timeout=600) as client:
             measure_stream(client, "Warm up.", args.voice)  # the first call pays for lazy set-up; not what we measure

@@ -1,0 +1,110 @@
+"""The bench helpers that measure: the real-time listener, the live benchmark's tokens and phrases, the full-duplex
+HTTP client, and the abuse probes' payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import zipfile
+import zlib
+
+import numpy as np
+
+from bench.abuse import PACK_SHAPE, multipart, understated_npz
+from bench.common import SIXTY_WORDS, Playback
+from bench.duplex_http import DuplexRequest
+from bench.live import LiveRun, Phrase, analyse, phrases, tokens
+from text import PhraseSegmenter
+
+
+def test_a_listener_stalls_only_when_audio_arrives_after_what_it_had_was_played() -> None:
+    heard = Playback(began=10.0)
+    heard.heard(1.0, now=10.5)  # first audio: plays until 11.5
+    heard.heard(1.0, now=11.0)  # early: queued, plays until 12.5
+    heard.heard(0.5, now=13.0)  # 0.5 s late
+    heard.heard(0.5, now=14.5)  # 1.0 s late
+    assert heard.ttfa_s == 0.5 and heard.audio_s == 3.0
+    assert (heard.stalls, heard.underrun_s, heard.max_stall_s) == (2, 1.5, 1.0)
+
+
+def test_tokens_cover_the_text_as_words_and_punctuation() -> None:
+    parts = tokens("Hello, world. It's fine!")
+    assert parts == ["Hello", ",", " world", ".", " It's", " fine", "!"]
+    assert "".join(tokens(SIXTY_WORDS)) == SIXTY_WORDS
+
+
+def test_phrases_are_the_segmenters_with_the_tokens_that_end_and_complete_them() -> None:
+    parts = tokens(SIXTY_WORDS)
+    found = phrases(parts, 60, 120)
+    segmenter = PhraseSegmenter(60, 120)
+    expected = [c.text for part in parts for c in segmenter.feed(part)] + [c.text for c in segmenter.flush()]
+    assert [p.text for p in found] == expected and len(found) > 2
+    for phrase in found:
+        assert phrase.text.endswith(parts[phrase.last_token].strip())
+        assert phrase.last_token <= phrase.completing_token <= len(parts)
+    assert found[-1].completing_token == len(parts)  # the last phrase is spoken at the end of the text
+    assert [p.last_token for p in found] == sorted({p.last_token for p in found})
+
+
+def test_each_phrase_is_timed_from_its_tokens_to_the_audio_at_its_offset() -> None:
+    said = [Phrase("One two.", last_token=1, completing_token=2), Phrase("Three.", last_token=2, completing_token=3)]
+    run = LiveRun("http", began=0.0, sent=[0.0, 0.1, 0.2, 0.3], sample_rate=24_000,
+                  audio=[(1.0, 4800), (1.05, 4800), (1.5, 9600)])  # fmt: skip
+    result = analyse(run, said, starts=[0, 9600])
+    first, second = ({key: round(value, 3) for key, value in row.items()} for row in result["phrases"])
+    # The first phrase: its last token at 0.1 s, completed by the next at 0.2 s, its audio at 1.0 s.
+    assert first == {"phrase": 1, "chars": 8, "after_last_token_s": 0.9, "text_wait_s": 0.1, "gpu_wait_s": 0.0,
+                     "after_ready_s": 0.8}  # fmt: skip
+    # The second: complete at the end of the text (0.3 s), but the first phrase's audio ran until 1.05 s.
+    assert second == {"phrase": 2, "chars": 6, "after_last_token_s": 1.3, "text_wait_s": 0.1, "gpu_wait_s": 0.75,
+                      "after_ready_s": 0.45}  # fmt: skip
+    playback = result["playback"]  # 0.1 s pieces at 1.0 and 1.05 play until 1.2; the next comes at 1.5
+    assert playback["stalls"] == 1 and round(playback["underrun_s"], 3) == 0.3 and round(playback["audio_s"], 3) == 0.4
+
+
+async def echo_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers at once, then sends back each chunk of the request body as it arrives."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Echo: yes\r\n\r\n")
+    while size := int((await reader.readline()).strip(), 16):
+        writer.write(b"%x\r\n%s\r\n" % (size, await reader.readexactly(size)))
+        await reader.readexactly(2)
+        await writer.drain()
+    await reader.readexactly(2)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
+async def test_a_duplex_request_reads_the_answer_while_its_body_is_being_sent() -> None:
+    server = await asyncio.start_server(echo_server, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, await DuplexRequest.open(f"http://127.0.0.1:{port}", "POST", "/echo") as request:
+        await request.send(b"first")
+        head = await asyncio.wait_for(request.head(), 5)  # before the body has ended
+        assert head.status == 200 and head.headers["x-echo"] == "yes"
+        pieces = request.body()
+        assert await asyncio.wait_for(anext(pieces), 5) == b"first"
+        await request.send(b"second")
+        assert await asyncio.wait_for(anext(pieces), 5) == b"second"
+        await request.end()
+        assert [piece async for piece in pieces] == []
+
+
+def test_the_pack_bomb_claims_a_packs_size_and_inflates_to_far_more() -> None:
+    bomb = understated_npz(8 << 20)
+    with zipfile.ZipFile(io.BytesIO(bomb)) as archive:
+        (member,) = archive.infolist()
+    assert member.file_size == int(np.prod(PACK_SHAPE)) * 4 + 128
+    # The member's deflated data follows its 30-byte local header, its name and its extra field.
+    name_length, extra_length = struct.unpack_from("<HH", bomb, member.header_offset + 26)
+    start = member.header_offset + 30 + name_length + extra_length
+    inflated = zlib.decompressobj(-zlib.MAX_WBITS).decompress(bomb[start : start + member.compress_size])
+    assert len(inflated) == 128 + (8 << 20) and len(bomb) < 100_000
+
+
+def test_multipart_bodies_name_their_parts() -> None:
+    body = multipart([("engine", None, b"qwen"), ("audio", "a.wav", b"RIFF")], "b")
+    assert body == (b'--b\r\nContent-Disposition: form-data; name="engine"\r\n\r\nqwen\r\n'
+                    b'--b\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n')  # fmt: skip
