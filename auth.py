@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from errors import InvalidInput, ServiceError, Unauthorized
-from http_errors import error_response
+from http_errors import deny_websocket, error_response
 
 ANONYMOUS = "anonymous"
 MAX_FAIRNESS_KEY_CHARS = 64
@@ -96,8 +96,8 @@ class Authenticate:
         try:
             identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"))
         except ServiceError as exc:
-            if scope["type"] == "websocket":  # refused before the handshake completes: the client sees a 403
-                await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
+            if scope["type"] == "websocket":  # refused before the handshake completes
+                await deny_websocket(exc, self.retry_after, scope, receive, send)
                 return
             if not is_public(scope["path"], self.public):
                 await error_response(exc, self.retry_after, scope["path"])(scope, receive, send)

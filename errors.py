@@ -42,6 +42,12 @@ class ServiceError(Exception):
         return body
 
 
+class StreamCut(Exception):  # noqa: N818 - what happened, not an error to answer
+    """A streamed answer that failed after its status was sent: the connection is cut, so the client sees an
+    incomplete body. The failure is logged where it happened; `middleware.CutStreams` ends the request without a
+    traceback (no handler may answer it: a status can no longer be sent)."""
+
+
 class BadRequest(ServiceError):
     """The request itself is malformed (not one field of it): a multipart body that does not parse, for example."""
 

@@ -7,7 +7,7 @@ Everything that can go wrong (a domain error, a body that does not validate, an 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,9 +15,9 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
-from starlette.types import Scope
+from starlette.types import Receive, Scope, Send
 
-from errors import ServiceError, invalid_fields
+from errors import ServiceError, StreamCut, invalid_fields
 from openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
@@ -62,6 +62,25 @@ def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResp
         exc.retry_after = retry_after
     body = service_error_body(exc) if path.startswith(OPENAI_PREFIX) else exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers())
+
+
+async def cut_on_failure(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A streamed body whose service error, once its status is sent, cuts the connection (StreamCut)."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except ServiceError as exc:
+        raise StreamCut(f"{exc.code}: {exc.message}") from exc
+
+
+async def deny_websocket(exc: ServiceError, retry_after: float, scope: Scope, receive: Receive, send: Send) -> None:
+    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body, Retry-After) where the server
+    can send one (the ASGI `websocket.http.response` extension, which uvicorn has); else with a close, which the
+    client sees as a 403."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await error_response(exc, retry_after, scope["path"])(scope, receive, send)
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
 
 
 def install_error_handlers(app: FastAPI, retry_after: float) -> None:

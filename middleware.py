@@ -1,4 +1,5 @@
-"""ASGI middleware: one access-log line per non-speech request, and a bound on request bodies as they arrive.
+"""ASGI middleware: one access-log line per non-speech request, a bound on request bodies as they arrive, and a
+quiet end for streamed answers cut mid-way.
 
 Plain ASGI rather than BaseHTTPMiddleware, which would buffer streamed bodies and hide client disconnects.
 """
@@ -11,10 +12,24 @@ import time
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from errors import PayloadTooLarge
+from errors import PayloadTooLarge, StreamCut
 from http_errors import error_response
 
 log = logging.getLogger("polytts.server")
+
+
+class CutStreams:
+    """Ends a request whose streamed body was cut (StreamCut) by returning with its response incomplete: the server
+    then closes the connection, and the failure's own log line is all the log holds of it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except StreamCut as exc:
+            log.debug("stream cut: %s", exc)
 
 
 class AccessLog:

@@ -27,7 +27,7 @@ from auth import ApiKeys, Authenticate, is_public
 from errors import Unavailable
 from http_errors import install_error_handlers
 from openai_protocol import SpeechRequest
-from middleware import AccessLog, BodyLimit
+from middleware import AccessLog, BodyLimit, CutStreams
 from protocol import TTSRequest
 from routes import admin, docs, openai, operations, playground, speech, voices
 from runtime import RuntimeRefused, check_runtime
@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None, build: Callable[[Settings], Ser
     keys = ApiKeys(settings.api_keys, settings.admin_keys)
     app.add_middleware(Authenticate, keys=keys, public=PUBLIC_PATHS, retry_after=retry)
     app.add_middleware(AccessLog, own_log=SPEECH_PATHS)
+    app.add_middleware(CutStreams)
     for area in (voices, speech, openai, operations, admin, playground, docs):
         app.include_router(area.router)
     api_docs.install(app, public=lambda path: is_public(path, PUBLIC_PATHS), max_text_chars=settings.max_text_chars,

@@ -181,7 +181,9 @@ class ServiceSettings(EngineSettings):
 
     max_client_share: float = Field(0.5, gt=0, le=1)
     """Share of POLYTTS_MAX_INFLIGHT one client address may hold (at least one); more is a 429
-    `client_queue_full`. Behind a proxy every client has the proxy's address: raise it to 1 there."""
+    `client_queue_full`. Behind a proxy the address is the one in X-Forwarded-For when the proxy is trusted
+    (uvicorn trusts 127.0.0.1; another address is named in the FORWARDED_ALLOW_IPS environment variable, as
+    deploy/haproxy.cfg says); an untrusted proxy gives every client its own address: raise this to 1 there."""
 
     max_tracked_keys: int = Field(256, ge=1)
     """Idle fairness keys whose used GPU time is remembered; beyond it the longest idle are forgotten. Rejected

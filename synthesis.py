@@ -32,7 +32,7 @@ from live import LiveText
 from metrics import Metrics
 from pcm_cache import PcmCache
 from protocol import ENGINE_PARAMS, LiveOptions, SpeechFields, VoiceFields
-from scheduler import CLIENT_GONE, Job, JobCancelled, Scheduler
+from scheduler import CLIENT_GONE, Job, Scheduler
 from seams import ChunkJoiner
 from settings import Settings
 from text import Chunk, PhraseSegmenter, chunk_text, normalize_text, resolve_language
@@ -327,6 +327,11 @@ class SynthesisService:
 
     # -- the lifecycle ---------------------------------------------------------------------------------------------
 
+    def check_open(self) -> None:
+        """Unavailable (503 `draining`) once the node drains: new syntheses go to another node."""
+        if self.draining:
+            raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
+
     async def speak(self, request: SpeechFields, ctx: RequestContext, timed: bool = False) -> Speech:
         """Plan the request, then serve it from the caches or admit it and wait for its first audio.
 
@@ -335,8 +340,7 @@ class SynthesisService:
         """
         timings = Timings(ctx.route)
         try:
-            if self.draining:
-                raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
+            self.check_open()
             plan = timings.plan = await self.plan(request, ctx.engine, timed)
             cached = None if plan.timed else await self.cached_pcm(plan)
             if cached is not None:
@@ -358,8 +362,7 @@ class SynthesisService:
         them; never cached."""
         timings = Timings(ctx.route)
         try:
-            if self.draining:
-                raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
+            self.check_open()
             plan = await self.plan_voice(request, ctx.engine, timed)
             first, cap, _ = self.caps(plan.engine, None, None)
             text = LiveText(PhraseSegmenter(first, cap), self.settings.max_text_chars, self.scheduler.gpu.wake)
@@ -608,7 +611,7 @@ class SynthesisService:
     def _log_failure(plan: Plan, timings: Timings, exc: Exception) -> None:
         if timings.first_audio is None:  # still answerable with an error status
             log.warning("synthesis failed before any audio (engine=%s): %s", plan.engine.name, exc)
-        elif isinstance(exc, JobCancelled):
-            log.warning("synthesis dropped mid-stream (engine=%s voice=%s): %s", plan.engine.name, plan.voice_key, exc)
+        elif isinstance(exc, ServiceError):  # dropped or refused by the service itself: no traceback to show
+            log.warning("synthesis ended mid-stream (engine=%s voice=%s): %s", plan.engine.name, plan.voice_key, exc)
         else:
             log.exception("synthesis failed mid-stream (engine=%s voice=%s)", plan.engine.name, plan.voice_key)

@@ -521,7 +521,9 @@ function streamLive(body, receive, signal) {
       reject(error);
     };
     signal.addEventListener("abort", () => fail(new DOMException("stopped", "AbortError")));
+    let opened = false;
     socket.onopen = () => {
+      opened = true;
       socket.send(JSON.stringify({ text }));
       socket.send(JSON.stringify({ end: true }));
     };
@@ -550,10 +552,10 @@ function streamLive(body, receive, signal) {
     socket.onclose = (event) => {
       if (finished) return;
       finished = true;
-      const refused = event.code === 1008 || event.code === 4401 || event.code === 4403;
+      // A refused handshake (a wrong key: 401, a draining node: 503) reaches a browser only as a close before open.
       reject(
-        refused
-          ? new ApiError(401, "unauthorized", "the live WebSocket refused the API key")
+        event.code === 1008 || !opened
+          ? new ApiError(401, "unauthorized", "the node refused the live WebSocket: a wrong API key, or it is draining")
           : new ApiError(0, "live_closed", `the live WebSocket closed before the speech was done (code ${event.code})`),
       );
     };

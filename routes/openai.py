@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 import api_docs
 from audio import MEDIA_TYPES
 from dependencies import ServiceDep, SpeechRoute, StreamContext
+from http_errors import cut_on_failure
 from openai_protocol import (
     SSE_MEDIA_TYPE,
     SpeechRequest,
@@ -50,9 +51,9 @@ async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -
         headers["X-Ignored-Parameters"] = "instructions"
     if body.stream_format == "sse":
         usage = lambda: speech_usage(body.input, speech.timings.audio_seconds())  # noqa: E731 - read at the end
-        return StreamingResponse(speech_events(speech.encoded(body.response_format), usage),
+        return StreamingResponse(cut_on_failure(speech_events(speech.encoded(body.response_format), usage)),
                                  media_type=SSE_MEDIA_TYPE, headers=headers)  # fmt: skip
-    return StreamingResponse(speech.encoded(body.response_format), media_type=MEDIA_TYPES[body.response_format],
+    return StreamingResponse(cut_on_failure(speech.encoded(body.response_format)), media_type=MEDIA_TYPES[body.response_format],
                              headers=headers)  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from audio import MEDIA_TYPES
 from auth import ANONYMOUS, LIVE_SUBPROTOCOL
 from dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
 from errors import InvalidInput, ServiceError
+from http_errors import cut_on_failure, deny_websocket
 from live import json_objects, open_session, serve_websocket
 from protocol import LiveMessage, LiveOptions, TimedSpeech, TTSRequest
 from synthesis import RequestContext
@@ -60,7 +61,8 @@ async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) 
         raise InvalidInput("word timings come with POST /tts or the live WebSocket, not a raw stream",
                            code="timestamps_unsupported")  # fmt: skip
     speech = await service.synthesis.speak(body, ctx)
-    return StreamingResponse(speech.encoded(fmt), media_type=MEDIA_TYPES[fmt], headers=speech.headers(fmt))
+    return StreamingResponse(cut_on_failure(speech.encoded(fmt)), media_type=MEDIA_TYPES[fmt],
+                             headers=speech.headers(fmt))  # fmt: skip
 
 
 @router.get("/engines")
@@ -85,7 +87,7 @@ _LIVE: dict[str, Any] = {
 
 
 @router.post("/tts/live", **_LIVE)
-@router.put("/tts/live", **_LIVE)  # curl -T -
+@router.put("/tts/live", **_LIVE)  # curl -T .
 async def tts_live(request: Request, service: ServiceDep, principal: Principal) -> Response:
     """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
     complete; options in the query string or the first message."""
@@ -109,7 +111,8 @@ async def tts_live(request: Request, service: ServiceDep, principal: Principal) 
             watcher.cancel()
             await session.close()
 
-    return DuplexStreamingResponse(body(), media_type=MEDIA_TYPES[fmt], headers=session.speech.headers(fmt))
+    return DuplexStreamingResponse(cut_on_failure(body()), media_type=MEDIA_TYPES[fmt],
+                                   headers=session.speech.headers(fmt))  # fmt: skip
 
 
 @router.get("/tts/live/ws", include_in_schema=False)
@@ -122,6 +125,12 @@ async def tts_live_ws_over_http() -> Response:
 async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
     """The live route for browsers and agents: JSON messages in; binary audio frames and JSON events out (`words`,
     `done`, `error`). The API key comes as the subprotocol `bearer.<base64url key>` (or an Authorization header)."""
+    try:
+        service.synthesis.check_open()  # a draining node refuses the handshake: a balancer retries elsewhere
+    except ServiceError as exc:
+        await deny_websocket(exc, service.settings.retry_after_seconds, websocket.scope, websocket.receive,
+                             websocket.send)  # fmt: skip
+        return
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
     identity = websocket.state.identity

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 import soundfile as sf
+import websockets
+from websockets.sync.client import connect as connect_websocket
 
 from conftest import ROOT, ServerProcess, wav_clip
 
@@ -50,6 +53,10 @@ def test_sigterm_drains_streams_under_way_then_exits_0(tmp_path: Path, assembled
                     refused = other.post("/tts", json={"text": "Too late.", "language": "en"})
                     assert refused.status_code == 503 and refused.json()["code"] == "draining"
                     assert "retry-after" in refused.headers
+                    with pytest.raises(websockets.InvalidStatus) as denied:  # refused before the handshake
+                        connect_websocket(server.url.replace("http", "ws") + "/tts/live/ws", open_timeout=10)
+                    assert denied.value.response.status_code == 503 and "retry-after" in denied.value.response.headers
+                    assert json.loads(denied.value.response.body)["code"] == "draining"
                 for chunk in chunks:
                     received += chunk
             assert len(received) == len(solo)  # the stream under way finished whole
@@ -70,7 +77,9 @@ def test_drain_time_cuts_what_is_left_and_says_so(tmp_path: Path, assembled_mode
                 assert server.proc is not None
                 server.proc.send_signal(signal.SIGTERM)
                 assert server.proc.wait(30) == 0
-        assert "drain time is up" in server.log()
+        log = server.log()
+        assert "drain time is up" in log and "outcome=shutting_down" in log
+        assert "Traceback" not in log  # a cut the service made is a line of its own, not a stack
     finally:
         server.stop()
 

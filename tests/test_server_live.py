@@ -81,7 +81,7 @@ async def test_httpx_streams_text_word_by_word(node: ServerProcess) -> None:
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl program (apt-get install -y curl)")
 def test_curl_from_a_pipe_gets_audio_before_the_last_word(node: ServerProcess) -> None:
     curl = subprocess.Popen(
-        ["curl", "-sS", "--no-buffer", "-T", "-", "-H", f"Authorization: Bearer {KEY}",
+        ["curl", "-sS", "--no-buffer", "-T", ".", "-H", f"Authorization: Bearer {KEY}",
          f"{node.url}/tts/live?voice=af_heart&format=pcm"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
@@ -144,7 +144,8 @@ async def test_websocket_refuses_a_wrong_key_and_reports_errors(node: ServerProc
     with pytest.raises(websockets.InvalidStatus) as refused:
         async with websockets.connect(url, subprotocols=["polytts", "bearer.d3Jvbmc"]):  # type: ignore[list-item]
             pass
-    assert refused.value.response.status_code == 403
+    assert refused.value.response.status_code == 401
+    assert json.loads(refused.value.response.body)["code"] == "unauthorized"
     key = base64.urlsafe_b64encode(KEY.encode()).decode().rstrip("=")
     async with websockets.connect(url + "?voice=no_such_voice", subprotocols=["polytts", f"bearer.{key}"]) as ws:  # type: ignore[list-item]
         await ws.send(json.dumps({"text": "Hello."}))
