@@ -184,10 +184,12 @@ SOUND_LEAD_S = 0.050
 """Kokoro's decoder makes each sound about 50 ms before its token's frames: in continuous speech the vowel→/s/ and
 /s/→vowel transitions (where the share of energy above 4 kHz crosses one half) came 50 ms (interquartile 45–60)
 before the token bounds, over 75 transitions in three voices; token bounds are moved that much earlier."""
-SILENCE_DB = 50.0
-"""Quieter than the window's loudest 5 ms by this much is silence (Kokoro's pauses sit 60–150 dB down, its quietest
-fricatives within 45). The model puts a phrase's pause into the frames of the phoneme before the punctuation, so a
-word's end is pulled back to its last audible 5 ms."""
+SILENCE_DB = 40.0
+"""Quieter than the window's loudest 5 ms by this much is silence. The model puts a pause into the frames of the
+phoneme before it (or of the punctuation), so a word's end is pulled back to its last audible 5 ms. Pauses of the
+int8 ONNX model can sit only 46–48 dB down (after "fox" in the pangram), which a 50 dB bound counted as sound: word
+ends then ran 120–215 ms into four of the fourteen pauses of bench/timings.py's texts. At 40 dB every word end at a
+pause, fricative endings ("once,", "speech") included, falls within 20 ms of where its sound stops."""
 
 
 class WordClock:
