@@ -127,7 +127,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> It
     root = tmp_path_factory.mktemp("fleet")
     nodes = {name: ServerProcess(root / name, **NODE_ENV) for name in NODE_NAMES}
     for name, node in nodes.items():
-        (root / name).mkdir()
         # Each node asks the other for voices it does not know: the nodes' own addresses, never the balancer's.
         node.env["POLYTTS_PEERS"] = ",".join(other.url for other_name, other in nodes.items() if other_name != name)
     listen, stats, admin_socket = free_port(), free_port(), root / "admin.sock"
