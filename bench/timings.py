@@ -37,7 +37,7 @@ import soundfile as sf
 if __package__ in (None, ""):  # run as `python bench/timings.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.asr import Transcriber, Word  # noqa: E402
+from bench.asr import Transcriber, Word, silences  # noqa: E402
 from bench.common import SHORT_TEXT, SIXTY_WORDS, figure_main  # noqa: E402
 
 TEXTS = {
@@ -53,9 +53,6 @@ GAP_S = 0.03
 EDGE_TOLERANCE_S = 0.05
 """Goal of the measure that needs no Whisper: a word's start (end) within this of where sound resumes (stops) at a
 pause."""
-PAUSE_DB = 35.0
-"""A pause in the audio: 10 ms frames this far below the loudest frame (a stricter silence than the service's own
-40 dB bound for word ends, so the measure is not the service's rule read back)."""
 MIN_PAUSE_S = 0.08
 """Shortest pause measured: longer than the closure of a stop consonant inside a word."""
 
@@ -134,30 +131,13 @@ def compare(ours: list[Word], heard: Sequence[Word], tolerance: float) -> dict[s
     }
 
 
-def pauses(samples: np.ndarray, rate: int) -> list[tuple[float, float]]:
-    """The silent stretches of at least MIN_PAUSE_S between sounds (not at either end), in seconds."""
-    frame = rate // 100
-    count = len(samples) // frame
-    level = 10 * np.log10(np.mean(np.square(samples[: count * frame].reshape(count, frame)), axis=1) + 1e-20)
-    quiet = level < level.max() - PAUSE_DB
-    found, i = [], 0
-    while i < count:
-        j = i
-        while j < count and quiet[j]:
-            j += 1
-        if j > i and i > 0 and j < count and (j - i) / 100 >= MIN_PAUSE_S:
-            found.append((i / 100, j / 100))
-        i = max(j, i + 1)
-    return found
-
-
 def pause_edges(wav: bytes, words: Sequence[Word]) -> dict[str, Any]:
     """Whisper-free: at each pause in the audio, the word before it should end where the sound stops and the word
     after it start where the sound resumes. The pair of words whose boundary lies nearest the pause's middle (and
     around it) is the pause's; a pause inside a word (no boundary near it) is not measured."""
     samples, rate = sf.read(io.BytesIO(wav), dtype="float32")
     edges = []
-    for stop, resume in pauses(samples, rate):
+    for stop, resume in silences(samples, rate, MIN_PAUSE_S):
         around = [i for i in range(len(words) - 1)
                   if words[i].end >= stop - 0.15 and words[i + 1].start <= resume + 0.15]  # fmt: skip
         if not around:

@@ -44,6 +44,33 @@ def test_short_gaps_and_unrecognized_words_are_not_breaks() -> None:
     assert [b.after for b in phrase_breaks("paid $4.50 today", numbers)] == ["$4.50"]
 
 
+def tone_with_gaps(rate: int, seconds: float, gaps: list[tuple[float, float]]) -> np.ndarray:
+    """A 220 Hz tone of `seconds`, silent over each (start, end) of `gaps`."""
+    t = np.arange(int(seconds * rate)) / rate
+    samples = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    for start, end in gaps:
+        samples[int(start * rate) : int(end * rate)] = 0.0
+    return samples
+
+
+def test_silences_are_found_between_sounds_only() -> None:
+    samples = tone_with_gaps(16_000, 3.0, [(0.0, 0.5), (1.0, 1.3), (2.0, 2.05), (2.8, 3.0)])
+    assert asr.silences(samples, 16_000, 0.22) == [(1.0, 1.3)]  # not the ends; 50 ms is too short
+    assert asr.silences(samples, 16_000, 0.04) == [(1.0, 1.3), (2.0, 2.05)]
+
+
+def test_a_break_counts_only_where_the_audio_is_silent() -> None:
+    heard = Transcript("in the US northwest", tuple(words(("in", 0.6, 0.7), ("the", 0.75, 0.9), ("U.S.", 1.0, 1.5),
+                                                           ("northwest", 1.9, 2.4))))  # fmt: skip
+    solid = tone_with_gaps(16_000, 3.0, [])
+    unconfirmed = asr.report("in the U.S. Northwest", heard, solid, 16_000)
+    assert (unconfirmed["breaks"], [b["after"] for b in unconfirmed["unconfirmed_breaks"]]) == ([], ["northwest"])
+    # Whisper puts the gap 0.2 s early and makes it longer than the silence is: still the same silence.
+    gapped = tone_with_gaps(16_000, 3.0, [(1.7, 1.95)])
+    confirmed = asr.report("in the U.S. Northwest", heard, gapped, 16_000)
+    assert ([b["after"] for b in confirmed["breaks"]], confirmed["unconfirmed_breaks"]) == (["northwest"], [])
+
+
 def test_assembly_is_atomic_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = asr._recorded_file
 
