@@ -257,7 +257,8 @@ IMPLEMENTATION = "local"
 attach: Callable[..., Any] | None = None
 """`livestack_node.attach` when the installed fleet package provides it (see fleet.py), else None."""
 try:
-    from livestack_node import (  # type: ignore[no-redef,import-not-found,assignment]  # noqa: F811
+    # The fleet's classes replace the local ones for every importer of this module (re-exports, hence F401).
+    from livestack_node import (  # type: ignore[no-redef,import-not-found,assignment]  # noqa: F811, F401
         ManagedUnit,
         ModelManager,
         ResidencyPolicy,
