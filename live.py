@@ -2,9 +2,11 @@
 
 The client sends messages (`{"text": ...}` appends, `{"flush": true}` speaks what is pending); each complete phrase
 is cut from the text as it arrives by the same rules as every other route (text.PhraseSegmenter: no break inside a
-phrase), and becomes one step of the request's job on the GPU thread, in order. A job waiting for text is not ready:
-it holds no step of the GPU thread. A partial phrase pending for POLYTTS_LIVE_FLUSH_MS is spoken anyway; a request
-that sends nothing for POLYTTS_LIVE_IDLE_TIMEOUT_S ends with `live_idle_timeout`.
+phrase), and becomes one step of the request's job on the GPU thread, in order. While none of its phrases waits to
+be spoken, a clause is spoken as soon as it is complete; while some wait, clauses are packed as on the other routes.
+A job waiting for text is not ready: it holds no step of the GPU thread. A partial phrase pending for
+POLYTTS_LIVE_FLUSH_MS is spoken anyway; a request that sends nothing for POLYTTS_LIVE_IDLE_TIMEOUT_S ends with
+`live_idle_timeout`.
 """
 
 from __future__ import annotations
@@ -68,7 +70,16 @@ class LiveText:
                 f"a live request may carry at most {self._max_chars} characters of text (POLYTTS_MAX_TEXT_CHARS)",
                 code="text_too_long",
             )
-        self._put(self._segmenter.feed(text))
+        chunks = self._segmenter.feed(text)
+        if not chunks and self._starved():
+            chunks = self._segmenter.release()
+        self._put(chunks)
+
+    def _starved(self) -> bool:
+        """Nothing of this request waits to be spoken: a complete clause goes now rather than wait for the rest of
+        its sentence to decide the packing (with phrases queued, packing costs the listener nothing)."""
+        with self._lock:
+            return not self._chunks
 
     def flush(self) -> None:
         self._put(self._segmenter.flush())

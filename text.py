@@ -500,6 +500,24 @@ class PhraseSegmenter:
         self._text, self._pos = "", 0
         return chunks
 
+    def release(self) -> list[Chunk]:
+        """The complete clauses of the open sentence, packed up to the cap, as chunks now, instead of waiting for
+        the rest of the sentence to decide how to pack them: for a listener with nothing left to hear, a clause is
+        worth speaking the moment it is complete. The chunks then depend on when this is called."""
+        pieces, _ = _pieces(self._text, self._pos, final=False)
+        pieces = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), pieces)
+        chunks: list[Chunk] = []
+        while pieces:
+            cap, hard = (self._cap, self._cap) if self._started else (self._first_cap, self._first_hard)
+            taken = _take(self._text, pieces, cap, hard, balanced=False)
+            if taken is None:
+                break
+            head, pieces = taken
+            chunks.append(_chunk(self._text, head))
+            self._pos = self._resume(head[-1].end)
+            self._started = True
+        return chunks
+
     def _emit(self, final: bool) -> list[Chunk]:
         chunks: list[Chunk] = []
         while (decided := self._next(final)) is not None:

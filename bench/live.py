@@ -8,20 +8,21 @@ punctuation) sent at `--tokens-per-s` (30) as `{"text": token}` messages, over t
 `websockets` client; key as the subprotocol `bearer.<base64url>`; ends with `{"end": true}`) and over `POST /tts/live`
 (an NDJSON body sent chunk by chunk while the audio is read, on a raw HTTP/1.1 connection: bench/duplex_http.py).
 
-The phrases are those the server speaks: the text cut by `text.PhraseSegmenter` with the engine's caps (here, token by
-token, which also gives the token whose arrival completed each phrase), checked against the WebSocket's `words`
-events, one per phrase, after its audio. A phrase's first audio is the first audio after the previous phrase's
-`words` event; over HTTP, which has no events, the first audio at the byte offset where the WebSocket run's phrase
-started (the same text gives the same audio; the lengths are compared).
+The phrases are those the server speaks, as its `words` events say (one per phrase, after its audio): the server
+speaks a clause as soon as it is complete while nothing of the request waits to be spoken, and packs clauses while
+phrases wait, so the cuts may differ run to run. A phrase is complete at the token where the text up to its end is
+decided (`text.PhraseSegmenter` releasing every complete clause, token by token). A phrase's first audio is the first
+audio after the previous phrase's `words` event; over HTTP, which has no events, the first audio at the byte offset
+where the WebSocket run's phrase started, when both runs' audio is as long (the same cuts); otherwise only its
+playback is reported.
 
-Reported per phrase (medians over runs): the delay from the arrival of its last token to its first audio, split into
-the wait for text (until the token that completed the phrase: the segmenter looks one word ahead at a full stop, and
-further while a long sentence may still be cut at a later clause), the wait for the GPU thread (the previous phrase
-still being spoken) and the synthesis from then; and the time to first audio of the same phrase alone as a
-`/tts/stream` request. Goal: each phrase's delay within 100 ms of that. For each run, a client playing from the
-first byte in real time: the total and longest stall. Goal: no stall while generation is faster than real time
-(the `/tts/stream` requests' real-time factor below 1). Writes `bench/results/live-<UTC time>.json` (or `--out`) and
-prints a table.
+Reported per phrase (medians over the runs that spoke it): the delay from the arrival of its last token to its first
+audio, split into the wait for text (until the token that completed the phrase: a mark is decided by the text after
+it, one word at a full stop), the wait for the GPU thread (the previous phrase still being spoken) and the synthesis
+from then; and the time to first audio of the same phrase alone as a `/tts/stream` request. Goal: each phrase's
+delay within 100 ms of that. For each run, a client playing from the first byte in real time: the total and longest
+stall. Goal: no stall while generation is faster than real time (the `/tts/stream` requests' real-time factor below
+1). Writes `bench/results/live-<UTC time>.json` (or `--out`) and prints a table.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -73,20 +74,30 @@ class Phrase:
     """Index of the token whose arrival decided it; len(tokens) for the end of the text."""
 
 
-def phrases(parts: list[str], first_chunk_chars: int, chunk_chars: int) -> list[Phrase]:
-    """The phrases the server cuts from `parts` fed one by one, and the tokens that end and complete each."""
+def phrases(parts: list[str], spoken: list[str], first_chunk_chars: int, chunk_chars: int) -> list[Phrase]:
+    """The phrases the server spoke (its `words` events, in order), each with the token holding its last character
+    and the earliest token whose arrival let the server speak it. The server speaks a clause once the text after its
+    mark decides it when nothing of the request waits to be spoken, and packs clauses while phrases wait; so a
+    phrase is complete at the token where a segmenter that releases every complete clause at once (the first case)
+    has decided the text up to its end."""
     whole = "".join(parts)
     ends = [len("".join(parts[: i + 1])) for i in range(len(parts))]
     segmenter = PhraseSegmenter(first_chunk_chars, chunk_chars)
+    decided: list[tuple[int, int]] = []  # (end of the text decided, token index that decided it)
+    position = 0
+    for index in range(len(parts) + 1):
+        chunks = segmenter.feed(parts[index]) + segmenter.release() if index < len(parts) else segmenter.flush()
+        for chunk in chunks:
+            position = whole.find(chunk.text, position) + len(chunk.text)
+            decided.append((position, index))
     found: list[Phrase] = []
     searched = 0
-    for index in range(len(parts) + 1):
-        chunks = segmenter.feed(parts[index]) if index < len(parts) else segmenter.flush()
-        for chunk in chunks:
-            at = whole.find(chunk.text, searched)
-            assert at >= 0, f"phrase {chunk.text!r} is not in the text as sent"
-            searched = at + len(chunk.text)
-            found.append(Phrase(chunk.text, bisect.bisect_left(ends, searched), index))
+    for text in spoken:
+        at = whole.find(text, searched)
+        assert at >= 0, f"phrase {text!r} is not in the text as sent"
+        searched = at + len(text)
+        completing = next((index for end, index in decided if end >= searched), len(parts))
+        found.append(Phrase(text, bisect.bisect_left(ends, searched), completing))
     return found
 
 
@@ -209,7 +220,7 @@ def analyse(run: LiveRun, said: list[Phrase], starts: list[int]) -> dict[str, An
         completed = run.sent[phrase.completing_token]
         ready = max(completed, previous_end) if previous_end is not None else completed
         rows.append({
-            "phrase": index + 1, "chars": len(phrase.text),
+            "phrase": index + 1, "text": phrase.text, "chars": len(phrase.text),
             "after_last_token_s": None if first is None else first - run.sent[phrase.last_token],
             "text_wait_s": completed - run.sent[phrase.last_token],
             "gpu_wait_s": ready - completed,
@@ -219,18 +230,16 @@ def analyse(run: LiveRun, said: list[Phrase], starts: list[int]) -> dict[str, An
     return {"phrases": rows, "playback": playback.public(), "total_s": total, "audio_bytes": run.audio_bytes}
 
 
-def reference(url: str, said: list[Phrase], args: argparse.Namespace) -> dict[str, Any]:
+def reference(url: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Each phrase alone as a `/tts/stream` request: its time to first audio (median of runs), and the real-time
     factor of them all."""
     headers = _auth(args)
     with httpx.Client(base_url=url, timeout=600) as client:
-        measure_stream(client, "Warm up.", args.voice, headers)  # the first call pays for lazy set-up
-        runs = [[measure_stream(client, phrase.text, args.voice, headers) for phrase in said] for _ in range(args.runs)]
-    per_phrase = [[run[i] for run in runs] for i in range(len(said))]
+        runs = [[measure_stream(client, text, args.voice, headers) for text in texts] for _ in range(args.runs)]
     total = sum(float(r["total_s"]) for run in runs for r in run)
     audio = sum(float(r["audio_s"]) for run in runs for r in run)
     return {
-        "ttfa_s": [statistics.median(float(r["ttfa_s"]) for r in rs) for rs in per_phrase],
+        "ttfa_s": {text: statistics.median(float(run[i]["ttfa_s"]) for run in runs) for i, text in enumerate(texts)},
         "rtf": total / audio if audio else None,
         "cache_hits": sum(r["cache"] == "hit" for run in runs for r in run),
         "runs": runs,
@@ -244,36 +253,47 @@ def _median(values: list[float | None]) -> float | None:
 
 def live(url: str, args: argparse.Namespace) -> dict[str, Any]:
     parts = tokens(SIXTY_WORDS)
-    said = phrases(parts, args.first_chunk_chars, args.chunk_chars)
-    ref = reference(url, said, args)
+    with httpx.Client(base_url=url, timeout=600) as client:
+        measure_stream(client, "Warm up.", args.voice, _auth(args))  # the first call pays for lazy set-up
     runs: dict[str, list[dict[str, Any]]] = {"ws": [], "http": []}
     for _ in range(args.runs):
         ws = asyncio.run(asyncio.wait_for(over_websocket(url, parts, args), args.timeout))
-        matched = ws.error is None and ws.spoken == [" ".join(phrase.text.split()) for phrase in said]
-        starts = [0, *ws.phrase_ends[:-1]] if matched else None
-        runs["ws"].append({"error": ws.error, "spoken": ws.spoken, "phrases_match": matched,
-                           **(analyse(ws, said, starts) if starts else {})})  # fmt: skip
+        whole = ws.error is None and " ".join(ws.spoken).split() == SIXTY_WORDS.split()
+        said = phrases(parts, ws.spoken, args.first_chunk_chars, args.chunk_chars) if whole else None
+        starts = [0, *ws.phrase_ends[:-1]]
+        runs["ws"].append({"error": ws.error, "spoken_whole_text": whole, **(analyse(ws, said, starts) if said else {})})
+        # The HTTP route has no events: its phrases are the WebSocket run's where its audio is as long (the cuts
+        # depend on timing); otherwise only its playback is analysed.
         http = asyncio.run(asyncio.wait_for(over_http(url, parts, args), args.timeout))
-        runs["http"].append({"error": http.error, "same_audio_length_as_ws": http.audio_bytes == ws.audio_bytes,
-                             **(analyse(http, said, starts) if starts and http.error is None else {})})  # fmt: skip
+        same = http.audio_bytes == ws.audio_bytes
+        runs["http"].append({"error": http.error, "same_audio_length_as_ws": same,
+                             **(analyse(http, said if same else [], starts) if said and http.error is None else {})})  # fmt: skip
+    texts = sorted({row["text"] for route in runs.values() for run in route for row in run.get("phrases", [])},
+                   key=SIXTY_WORDS.find)  # fmt: skip
+    ref = reference(url, texts, args)
     out: dict[str, Any] = {
-        "text": {"tokens": len(parts), "tokens_per_s": args.tokens_per_s, "phrases": [asdict(p) for p in said]},
+        "text": {"tokens": len(parts), "tokens_per_s": args.tokens_per_s},
         "reference": ref,
         "routes": {route: {"runs": done, "phrases": summarise(done, ref["ttfa_s"])} for route, done in runs.items()},
     }
     return out | verdict(out)
 
 
-def summarise(runs: list[dict[str, Any]], stream_ttfa: list[float]) -> list[dict[str, Any]]:
-    """Per phrase, the median over runs of each delay, against the phrase's `/tts/stream` time to first audio."""
-    analysed = [run["phrases"] for run in runs if "phrases" in run]
+def summarise(runs: list[dict[str, Any]], stream_ttfa: dict[str, float]) -> list[dict[str, Any]]:
+    """Per phrase spoken (the cuts may differ run to run), the median over the runs that spoke it of each delay,
+    against the phrase's `/tts/stream` time to first audio."""
+    by_text: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for row in run.get("phrases", []):
+            by_text.setdefault(row["text"], []).append(row)
     rows = []
-    for index, ttfa in enumerate(stream_ttfa):
-        row: dict[str, Any] = {"phrase": index + 1}
+    for number, text in enumerate(sorted(by_text, key=SIXTY_WORDS.find), 1):
+        found = by_text[text]
+        row: dict[str, Any] = {"phrase": number, "text": text, "chars": len(text), "runs": len(found)}
         for key in ("after_last_token_s", "text_wait_s", "gpu_wait_s", "after_ready_s"):
-            row[key] = _median([run[index][key] for run in analysed])
-        row["stream_ttfa_s"] = ttfa
-        row["excess_s"] = None if row["after_last_token_s"] is None else row["after_last_token_s"] - ttfa
+            row[key] = _median([r[key] for r in found])
+        row["stream_ttfa_s"] = stream_ttfa[text]
+        row["excess_s"] = None if row["after_last_token_s"] is None else row["after_last_token_s"] - row["stream_ttfa_s"]
         rows.append(row)
     return rows
 
@@ -300,7 +320,7 @@ def summary(fig: dict[str, Any]) -> str:
 
 def summary_lines(fig: dict[str, Any]) -> Iterator[str]:
     ref = fig["reference"]
-    yield (f"{fig['text']['tokens']} tokens at {fig['text']['tokens_per_s']:g}/s, {len(ref['ttfa_s'])} phrases; "
+    yield (f"{fig['text']['tokens']} tokens at {fig['text']['tokens_per_s']:g}/s, {len(ref['ttfa_s'])} distinct phrases; "
            f"/tts/stream real-time factor {_s(ref['rtf'])}")  # fmt: skip
     for route, result in fig["routes"].items():
         done = [run for run in result["runs"] if "playback" in run]
@@ -311,9 +331,9 @@ def summary_lines(fig: dict[str, Any]) -> Iterator[str]:
             yield (f"  run {number}: first audio {_s(play['ttfa_s'])} s after the first token, {play['audio_s']:.1f} s "
                    f"of audio; stalls {play['stalls']}, {play['underrun_s']:.3f} s in all, "
                    f"longest {play['max_stall_s']:.3f} s")  # fmt: skip
-        yield "  #  chars  after last token  text wait  GPU wait  synthesis  /tts/stream ttfa  excess"
-        for row, phrase in zip(result["phrases"], fig["text"]["phrases"]):
-            yield (f"  {row['phrase']}  {len(phrase['text']):5d}  {_s(row['after_last_token_s']):>16}  "
+        yield "  #  chars  runs  after last token  text wait  GPU wait  synthesis  /tts/stream ttfa  excess"
+        for row in result["phrases"]:
+            yield (f"  {row['phrase']}  {row['chars']:5d}  {row['runs']:4d}  {_s(row['after_last_token_s']):>16}  "
                    f"{_s(row['text_wait_s']):>9}  {_s(row['gpu_wait_s']):>8}  {_s(row['after_ready_s']):>9}  "
                    f"{_s(row['stream_ttfa_s']):>16}  {_s(row['excess_s'], True):>6}")  # fmt: skip
     stalls = {True: "met", False: "not met", None: "not judged (generation slower than real time)"}[fig["stalls_met"]]

@@ -325,6 +325,26 @@ def test_segmenter_cuts_a_long_open_sentence_at_its_clauses() -> None:
     ]
 
 
+def test_release_speaks_complete_clauses_of_an_open_sentence_now() -> None:
+    segmenter = PhraseSegmenter(60, 120)
+    assert segmenter.feed("The service splits the text into sentences,") == []
+    assert segmenter.release() == []  # the comma is decided by what follows it
+    assert segmenter.feed(" keeps the first") == []  # 59 characters known: packing would wait for more
+    assert segmenter.release() == [Chunk("The service splits the text into sentences,", "clause")]
+    assert segmenter.feed(" piece short, and sends it. Next") == [Chunk("keeps the first piece short, and sends it.",
+                                                                           "sentence")]  # fmt: skip
+    assert segmenter.release() == [] and segmenter.pending == "Next"  # an open clause stays until it is complete
+    assert segmenter.flush() == [Chunk("Next", "none")]
+
+
+def test_release_packs_what_is_complete_up_to_the_cap() -> None:
+    segmenter = PhraseSegmenter(20, 120)
+    assert segmenter.feed("One, two, three and four, five and six, seven") == [Chunk("One, two,", "clause")]
+    # Past the first cap the sentence waits to pack up to 120; released, the complete clauses go in one chunk.
+    assert segmenter.release() == [Chunk("three and four, five and six,", "clause")]
+    assert segmenter.pending == "seven"
+
+
 def test_segmenter_waits_for_an_abbreviation_to_be_decided() -> None:
     segmenter = PhraseSegmenter(60, 120)
     assert segmenter.feed("Ask Dr. ") == []
