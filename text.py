@@ -15,7 +15,7 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -493,10 +493,10 @@ class PhraseSegmenter:
 
     def feed(self, text: str) -> list[Chunk]:
         self._text += text
-        return self._emit(final=False)
+        return self._emit(lambda: self._next(final=False))
 
     def flush(self) -> list[Chunk]:
-        chunks = self._emit(final=True)
+        chunks = self._emit(lambda: self._next(final=True))
         self._text, self._pos = "", 0
         return chunks
 
@@ -504,23 +504,12 @@ class PhraseSegmenter:
         """The complete clauses of the open sentence, packed up to the cap, as chunks now, instead of waiting for
         the rest of the sentence to decide how to pack them: for a listener with nothing left to hear, a clause is
         worth speaking the moment it is complete. The chunks then depend on when this is called."""
-        pieces, _ = _pieces(self._text, self._pos, final=False)
-        pieces = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), pieces)
-        chunks: list[Chunk] = []
-        while pieces:
-            cap, hard = (self._cap, self._cap) if self._started else (self._first_cap, self._first_hard)
-            taken = _take(self._text, pieces, cap, hard, balanced=False)
-            if taken is None:
-                break
-            head, pieces = taken
-            chunks.append(_chunk(self._text, head))
-            self._pos = self._resume(head[-1].end)
-            self._started = True
-        return chunks
+        return self._emit(self._next_complete)
 
-    def _emit(self, final: bool) -> list[Chunk]:
+    def _emit(self, decide: Callable[[], tuple[list[_Piece], int] | None]) -> list[Chunk]:
+        """Chunks while `decide` gives the next one (its pieces and where the text after it starts)."""
         chunks: list[Chunk] = []
-        while (decided := self._next(final)) is not None:
+        while (decided := decide()) is not None:
             head, resume = decided
             chunks.append(_chunk(self._text, head))
             self._pos = resume
@@ -530,10 +519,24 @@ class PhraseSegmenter:
             self._text, self._pos = self._text[keep:], self._pos - keep
         return chunks
 
+    def _limits(self) -> tuple[int, int]:
+        """(cap, hard cap) of the next chunk: the first chunk's, or every later chunk's."""
+        return (self._cap, self._cap) if self._started else (self._first_cap, self._first_hard)
+
+    def _next_complete(self) -> tuple[list[_Piece], int] | None:
+        """The next chunk of the open sentence's complete clauses, packed up to the cap; None when none is."""
+        pieces, _ = _pieces(self._text, self._pos, final=False)
+        pieces = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), pieces)
+        taken = _take(self._text, pieces, *self._limits(), balanced=False) if pieces else None
+        if taken is None:
+            return None
+        head, _ = taken
+        return head, self._resume(head[-1].end)
+
     def _next(self, final: bool) -> tuple[list[_Piece], int] | None:
         """The next chunk and where the text after it starts, or None until more text decides it."""
         text = self._text
-        cap, hard = (self._cap, self._cap) if self._started else (self._first_cap, self._first_hard)
+        cap, hard = self._limits()
         pieces, floor = _pieces(text, self._pos, final)
         sentence = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), None)
         if sentence is None and final:
