@@ -203,11 +203,11 @@ def figure_main(
     parser: argparse.ArgumentParser,
     measure: Callable[[str, argparse.Namespace], dict[str, Any]],
     describe: Callable[[dict[str, Any]], str],
-    extra_env: Mapping[str, str] | None = None,
+    server_env: Callable[[argparse.Namespace], Mapping[str, str]] | None = None,
     caches: bool = False,
 ) -> int:
     """The `main` of a benchmark that measures one figure, named after it, on one server: `--url`'s (the parser has
-    it), else its own (`local_server(extra_env, caches)`). Adds `--out` to the parser, runs `measure(url, args)` and
+    it), else its own (`local_server(server_env(args), caches)`). Adds `--out` to the parser, runs `measure(url, args)` and
     prints `describe(figure)`. The figure's `failed` list (checks that did not hold), or its error, fails the run."""
     parser.add_argument("--out", type=Path, help="JSON output path")
     args = parser.parse_args()
@@ -215,7 +215,8 @@ def figure_main(
     def run() -> dict[str, Any]:
         report = new_report(benchmark, args)
         with contextlib.ExitStack() as stack:
-            url = args.url or stack.enter_context(local_server(extra_env, caches)).url
+            env = server_env(args) if server_env else None
+            url = args.url or stack.enter_context(local_server(env, caches)).url
             report["server"] = server_view(url)
             section(report, benchmark, lambda: measure(url, args))
         figure = report["figures"][benchmark]

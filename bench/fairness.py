@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import sys
@@ -29,7 +28,7 @@ import httpx
 if __package__ in (None, ""):  # run as `python bench/fairness.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import local_server, new_report, run_main, section, server_timing, server_view, stats, wait_idle  # noqa: E402
+from bench.common import figure_main, server_timing, stats, wait_idle  # noqa: E402
 
 WEIGHTS = {"gold": 2.0, "silver": 1.0}
 MEDIUM_TEXTS = [
@@ -158,20 +157,12 @@ def gpu_share(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    report = new_report("fairness", args)
-    with contextlib.ExitStack() as stack:
-        env = {"POLYTTS_FAIRNESS_WEIGHTS": json.dumps(WEIGHTS), "POLYTTS_MAX_PENDING_PER_KEY": str(4 * args.inflight)}
-        url = args.url or stack.enter_context(local_server(env)).url
-        report["server"] = server_view(url)
-        section(report, "gpu_share", lambda: gpu_share(url, args))
-    return report
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    """The weights measured, and room for every request the keys keep in flight."""
+    return {"POLYTTS_FAIRNESS_WEIGHTS": json.dumps(WEIGHTS), "POLYTTS_MAX_PENDING_PER_KEY": str(4 * args.inflight)}
 
 
-def summary(report: dict[str, Any]) -> str:
-    share = report["figures"].get("gpu_share", {})
-    if "error" in share:
-        return f"gpu_share failed: {share['error']}"
+def summary(share: dict[str, Any]) -> str:
     return (
         f"gpu_share: gold {share['gold_gpu_s']:.1f}s : silver {share['silver_gpu_s']:.1f}s = {share['ratio']:.2f} "
         f"(goal 2.0 +/- 10%: {'met' if share['met'] else 'not met'}); steps consistent with the rule: "
@@ -186,9 +177,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="measured window (default 60)")
     parser.add_argument("--warmup", type=float, default=5.0, help="s of load before the window starts (default 5)")
     parser.add_argument("--inflight", type=int, default=2, help="requests each key keeps in flight (default 2)")
-    parser.add_argument("--out", type=Path, help="JSON output path")
-    args = parser.parse_args()
-    return run_main("fairness", lambda: run(args), args.out, summary)
+    return figure_main("fairness", parser, gpu_share, summary, server_env)
 
 
 if __name__ == "__main__":
