@@ -245,7 +245,8 @@ def silences(samples: np.ndarray, rate: int, min_seconds: float) -> list[tuple[f
 
 
 def heard_in_audio(found: Break, quiet: Sequence[tuple[float, float]]) -> bool:
-    """Whether a silence of the break's length lies where Whisper put the gap, give or take its error."""
+    """Whether one of the silences in `quiet` (each already a break's length) lies where Whisper put the gap, give or
+    take its error."""
     lo, hi = found.at - WHISPER_SLACK_S, found.at + found.seconds + WHISPER_SLACK_S
     return any(start < hi and end > lo for start, end in quiet)
 

@@ -76,9 +76,9 @@ def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=600) as client:
         for name, text in paragraphs.items():
             wav, synth_s = synthesize(client, text, args.voice, args.language)
+            samples, rate = sf.read(io.BytesIO(wav), dtype="float32")
             started = time.perf_counter()
             transcript = transcriber.transcribe(wav)
-            samples, rate = sf.read(io.BytesIO(wav), dtype="float32")
             results[name] = {
                 **report(text, transcript, samples, rate),
                 "audio_s": round(len(samples) / rate, 3),
