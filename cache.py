@@ -16,9 +16,7 @@ from collections.abc import Mapping
 log = logging.getLogger("polytts.cache")
 
 
-def synthesis_key(
-    *, text: str, voice_id: str, engine: str, checkpoint: str, params: Mapping[str, object]
-) -> str:
+def synthesis_key(*, text: str, voice_id: str, engine: str, checkpoint: str, params: Mapping[str, object]) -> str:
     """Return the sha256 hex of a canonical JSON of every field that determines the audio.
 
     `params` holds every generation parameter; its key order does not matter (keys are sorted). Values must be

@@ -91,8 +91,11 @@ class PcmCache:
                     continue
                 found.append((st.st_mtime_ns, key, st.st_size))
         if rejected:
-            log.warning("pcm cache %s: removed %d entries that failed their check (damaged or an older format)",
-                        self._root, rejected)  # fmt: skip
+            log.warning(
+                "pcm cache %s: removed %d entries that failed their check (damaged or an older format)",
+                self._root,
+                rejected,
+            )
         for mtime_ns, key, size in sorted(found):
             self._index[key] = size
             self._bytes += size

@@ -21,18 +21,18 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-import api_docs
-import fleet
-from auth import ApiKeys, Authenticate, is_public
 from errors import Unavailable
-from http_errors import install_error_handlers
-from openai_protocol import SpeechRequest
-from middleware import AccessLog, BodyLimit, CutStreams
-from protocol import TTSRequest
-from routes import admin, docs, openai, operations, playground, speech, voices
-from runtime import RuntimeRefused, check_runtime
-from service import Service, build_service
+from gpu.runtime import RuntimeRefused, check_runtime
+from lifecycle import fleet
+from lifecycle.service import Service, build_service
 from settings import Settings, SettingsError, load_settings
+from web import api_docs
+from web.auth import ApiKeys, Authenticate, is_public
+from web.http_errors import install_error_handlers
+from web.middleware import AccessLog, BodyLimit, CutStreams
+from web.openai_protocol import SpeechRequest
+from web.protocol import TTSRequest
+from web.routes import admin, docs, openai, operations, playground, speech, voices
 
 log = logging.getLogger("polytts.server")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -56,8 +56,12 @@ def create_app(settings: Settings | None = None, build: Callable[[Settings], Ser
         in_fleet = fleet.attach(app, service)
         service.start(warm=settings.warm_on_start and not in_fleet)
         evictor = asyncio.create_task(service.evict_idle())
-        log.info("serving %d voices from %s; engines: %s", len(service.registry), settings.voices_dir,
-                 ", ".join(service.pool.engines))  # fmt: skip
+        log.info(
+            "serving %d voices from %s; engines: %s",
+            len(service.registry),
+            settings.voices_dir,
+            ", ".join(service.pool.engines),
+        )
         try:
             yield
         finally:
@@ -74,8 +78,12 @@ def create_app(settings: Settings | None = None, build: Callable[[Settings], Ser
     app.add_middleware(CutStreams)
     for area in (voices, speech, openai, operations, admin, playground, docs):
         app.include_router(area.router)
-    api_docs.install(app, public=lambda path: is_public(path, PUBLIC_PATHS), max_text_chars=settings.max_text_chars,
-                     text_fields={TTSRequest.__name__: "text", SpeechRequest.__name__: "input"})  # fmt: skip
+    api_docs.install(
+        app,
+        public=lambda path: is_public(path, PUBLIC_PATHS),
+        max_text_chars=settings.max_text_chars,
+        text_fields={TTSRequest.__name__: "text", SpeechRequest.__name__: "input"},
+    )
     return app
 
 
@@ -169,8 +177,9 @@ def main() -> int:
     sock = _bind(settings.host, settings.port, settings.send_buffer_bytes)
     app = create_app(settings)
     # The drain has waited for the work under way already; what is left when uvicorn shuts down is cut quickly.
-    config = uvicorn.Config(app, log_level=settings.log_level, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=3)  # fmt: skip
+    config = uvicorn.Config(
+        app, log_level=settings.log_level, log_config=None, access_log=False, timeout_graceful_shutdown=3
+    )
     server = _Server(config, app)
     log.info("binding http://%s:%d", settings.host, settings.port)
     server.run(sockets=[sock])

@@ -12,7 +12,7 @@ from pydantic_settings import NoDecode
 
 from engines import ENGINE_SPECS
 from engines.base import ENV_PREFIX, EngineSettings
-from scheduler import FairnessPolicy
+from gpu.scheduler import FairnessPolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent
 
@@ -298,5 +298,7 @@ def load_settings(**overrides: object) -> Settings:
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else ""
             name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
-            problems.append(f"{name}: {error['msg']} (got {error.get('input')!r})" if field else f"{name}: {error['msg']}")
+            problems.append(
+                f"{name}: {error['msg']} (got {error.get('input')!r})" if field else f"{name}: {error['msg']}"
+            )
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from exc

@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as `python bench/abuse.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import SIXTY_WORDS, local_server, new_report, run_main  # noqa: E402
-from engines.voicepacks import PACK_SHAPE, pack_id  # noqa: E402
+from engines.kokoro.voicepacks import PACK_SHAPE, pack_id  # noqa: E402
 
 MB = 1 << 20
 API_KEY = "abuse-probe-key"
@@ -98,8 +98,9 @@ class Target:
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=120, headers=self.auth, **kwargs)
 
-    def probe(self, name: str, run: Callable[[], Answer], skip: str | None = None,
-              max_peak_mb: float | None = None) -> None:  # fmt: skip
+    def probe(
+        self, name: str, run: Callable[[], Answer], skip: str | None = None, max_peak_mb: float | None = None
+    ) -> None:
         """Run one probe, timed and with the server's memory read around it (its peak held to `max_peak_mb` where
         it can be read); print its line."""
         outcome = Outcome(self.name, name)
@@ -229,8 +230,9 @@ class Reply:
         return None
 
 
-def send_while_reading(target: Target, path: str, headers: dict[str, str], blocks: Iterator[bytes],
-                       length: int | None) -> Reply:  # fmt: skip
+def send_while_reading(
+    target: Target, path: str, headers: dict[str, str], blocks: Iterator[bytes], length: int | None
+) -> Reply:
     """POST a body block by block (chunked without a `length`) from a thread while reading the answer; stop sending
     once it comes. Plain sockets: the answer stays readable after the server resets a connection it stopped reading
     (asyncio's streams would drop it)."""
@@ -340,8 +342,10 @@ class SlowReader(threading.Thread):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
                 sock.connect((host, int(port)))
                 auth = "".join(f"{name}: {value}\r\n" for name, value in self.target.auth.items()).encode()
-                sock.sendall(b"POST /tts/stream HTTP/1.1\r\nHost: polytts\r\nContent-Type: application/json\r\n"
-                             b"%sContent-Length: %d\r\n\r\n%s" % (auth, len(body), body))  # fmt: skip
+                sock.sendall(
+                    b"POST /tts/stream HTTP/1.1\r\nHost: polytts\r\nContent-Type: application/json\r\n"
+                    b"%sContent-Length: %d\r\n\r\n%s" % (auth, len(body), body)
+                )
                 head = sock.recv(1024)
                 self.status = int(head.split()[1]) if head.startswith(b"HTTP/") else -1
                 self.answered.set()
@@ -374,8 +378,11 @@ def slow_readers(target: Target) -> Answer:
             answer = fresh.post("/tts/stream", json={"text": SENTENCE, "language": "en"})
         expect(answer.status_code == 200 and len(answer.content) > 0, f"the fresh client got {short(answer)}")
         alive = sum(reader.is_alive() for reader in readers)
-        return Answer(short(answer), f"{admitted} readers admitted, {16 - admitted} refused; all admitted detached "
-                      f"{waited:.1f} s later; {alive} still connected")  # fmt: skip
+        return Answer(
+            short(answer),
+            f"{admitted} readers admitted, {16 - admitted} refused; all admitted detached "
+            f"{waited:.1f} s later; {alive} still connected",
+        )
     finally:
         for reader in readers:
             reader.halt.set()
@@ -420,8 +427,11 @@ def trailing_newline(target: Target) -> Answer:
         created = client.post("/voices", files=pack, data={"engine": "kokoro"})
         expect(created.status_code in (200, 201), f"registering a pack: {short(created)}")
         voice_id = created.json()["voice_id"]
-        answers = [client.get(f"/voices/{voice_id}%0A"), client.delete(f"/voices/{voice_id}%0A"),
-                   client.post("/tts", json={"text": "Hi.", "voice_id": voice_id + "\n"})]  # fmt: skip
+        answers = [
+            client.get(f"/voices/{voice_id}%0A"),
+            client.delete(f"/voices/{voice_id}%0A"),
+            client.post("/tts", json={"text": "Hi.", "voice_id": voice_id + "\n"}),
+        ]
         seen = [response.status_code for response in answers]
         expect(all(status in (404, 422) for status in seen), f"GET, DELETE, /tts answered {seen}")
         expect(client.get(f"/voices/{voice_id}").status_code == 200, "the voice itself is gone")
@@ -436,8 +446,9 @@ def pack_bomb(target: Target) -> Answer:
     return Answer(short(response), f"{len(bomb) / 1024:.0f} KB inflating to 200 MB")
 
 
-def tts_body(target: Target, content: bytes, status: int, code: str,
-             max_chars: int | None = None) -> Callable[[], Answer]:  # fmt: skip
+def tts_body(
+    target: Target, content: bytes, status: int, code: str, max_chars: int | None = None
+) -> Callable[[], Answer]:
     def run() -> Answer:
         with target.client() as client:
             response = client.post("/tts", content=content, headers={"Content-Type": "application/json"})
@@ -458,8 +469,10 @@ def plain_probes(target: Target, own: bool) -> None:
     cache_probes(target, None if target.cache_dir else "needs --cache-dir (a server with POLYTTS_WAV_CACHE_BYTES=0)")
     target.probe("16 slow readers (1 KB/s), then a fresh client", lambda: slow_readers(target))
     garbage = os.urandom(3000)
-    target.probe("multipart boundary mismatch",
-                 refused_form(target, multipart([("engine", None, b"qwen")], "other"), 400, "malformed_multipart"))
+    target.probe(
+        "multipart boundary mismatch",
+        refused_form(target, multipart([("engine", None, b"qwen")], "other"), 400, "malformed_multipart"),
+    )
     target.probe("multipart garbage", refused_form(target, garbage, 400, "malformed_multipart"))
     long_name = multipart([("engine", None, b"qwen"), ("audio", "a" * 10_000 + ".wav", b"RIFF")])
     target.probe("upload file name of 10,000 characters", refused_form(target, long_name, 400, "filename_too_long"))
@@ -496,8 +509,10 @@ def damaged_voices(folder: Path) -> tuple[str, str]:
 def started_on_damaged_folder(target: Target, good: str, damaged: str, start_s: float) -> Answer:
     with target.client() as client:
         listed = {voice["voice_id"] for voice in client.get("/voices").json()["voices"]}
-    expect(good in listed and damaged not in listed, f"listed {sorted(listed - {good, damaged})[:3]}…, good "
-           f"{good in listed}, damaged {damaged in listed}")  # fmt: skip
+    expect(
+        good in listed and damaged not in listed,
+        f"listed {sorted(listed - {good, damaged})[:3]}…, good {good in listed}, damaged {damaged in listed}",
+    )
     lines = [text for text in target.log_says().splitlines() if damaged in text]
     expect(len(lines) == 1 and "WARNING" in lines[0], f"{len(lines)} log lines name the damaged voice: {lines[:2]}")
     return Answer("ready", f"in {start_s:.1f} s; the damaged pack skipped with one warning, the good one listed")
@@ -519,8 +534,11 @@ def large_body(target: Target, authenticated: bool, declared: bool, size: int = 
 
 
 def keyed_probes(target: Target, damaged: tuple[str, str, float] | None) -> None:
-    target.probe("damaged pack meta.json at start", lambda: started_on_damaged_folder(target, *damaged) if damaged
-                 else Answer("-"), None if damaged else "needs a server of its own")  # fmt: skip
+    target.probe(
+        "damaged pack meta.json at start",
+        lambda: started_on_damaged_folder(target, *damaged) if damaged else Answer("-"),
+        None if damaged else "needs a server of its own",
+    )
     no_keys = None if target.api_key else "needs a server with API keys (--api-key)"
     # The landed version read and parsed such a body whole: +566 MB.
     target.probe("200 MB JSON body without a key", large_body(target, False, True), no_keys, max_peak_mb=50)
@@ -554,8 +572,11 @@ def random_keys(target: Target, count: int = 2000) -> Answer:
     rss = ""
     if before and after:
         rss = f"; rss over the rejections alone {(after['VmRSS'] - before['VmRSS']) / 1024:+.1f} MB"
-    return Answer(" ".join(sorted(statuses)), f"/metrics {sizes[0]} B {grown[0]:+d}, /health {sizes[1]} B "
-                  f"{grown[1]:+d}; p50 {p50[0]:.1f} ms first half, {p50[1]:.1f} ms second{rss}")  # fmt: skip
+    return Answer(
+        " ".join(sorted(statuses)),
+        f"/metrics {sizes[0]} B {grown[0]:+d}, /health {sizes[1]} B "
+        f"{grown[1]:+d}; p50 {p50[0]:.1f} ms first half, {p50[1]:.1f} ms second{rss}",
+    )
 
 
 # --- running ------------------------------------------------------------------------------------------------------
@@ -564,8 +585,10 @@ def random_keys(target: Target, count: int = 2000) -> Answer:
 def line(outcome: Outcome) -> str:
     verdict = {True: "ok", False: "FAIL", None: "skip"}[outcome.ok]
     rss = "" if outcome.rss_mb is None else f"rss {outcome.rss_mb:+7.1f} MB  peak {outcome.peak_mb:+7.1f} MB"
-    return (f"{verdict:<4} {outcome.server:<8} {outcome.probe:<46} {outcome.status:<22} {outcome.seconds:6.2f} s  "
-            f"{rss:<34} {outcome.detail}")  # fmt: skip
+    return (
+        f"{verdict:<4} {outcome.server:<8} {outcome.probe:<46} {outcome.status:<22} {outcome.seconds:6.2f} s  "
+        f"{rss:<34} {outcome.detail}"
+    )
 
 
 def own_servers() -> list[Target]:
@@ -598,17 +621,22 @@ def own_servers() -> list[Target]:
 
 
 def given_server(args: argparse.Namespace) -> Target:
-    with httpx.Client(base_url=args.url, timeout=30, headers={"Authorization": f"Bearer {args.api_key}"}
-                      if args.api_key else {}) as client:  # fmt: skip
+    with httpx.Client(
+        base_url=args.url, timeout=30, headers={"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    ) as client:
         health = client.get("/health").json()
     pid = args.pid or health.get("pid")
-    target = Target("given", args.url, pid if pid and Path(f"/proc/{pid}/status").exists() else None, args.api_key,
-                    args.cache_dir)  # fmt: skip
+    target = Target(
+        "given", args.url, pid if pid and Path(f"/proc/{pid}/status").exists() else None, args.api_key, args.cache_dir
+    )
     plain_probes(target, own=False)
     keyed_probes(target, None)
     one_slot = health.get("limits", {}).get("max_inflight") == 1 and not args.api_key
-    target.probe("2,000 rejected requests with random keys", lambda: random_keys(target),
-                 None if one_slot else "needs a server without keys and with POLYTTS_MAX_INFLIGHT=1")  # fmt: skip
+    target.probe(
+        "2,000 rejected requests with random keys",
+        lambda: random_keys(target),
+        None if one_slot else "needs a server without keys and with POLYTTS_MAX_INFLIGHT=1",
+    )
     return target
 
 

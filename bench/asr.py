@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from normalize import normalize_english
+from text.normalize import normalize_english
 
 log = logging.getLogger("polytts.bench.asr")
 

@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +161,7 @@ def new_report(benchmark: str, args: Any) -> dict[str, Any]:
     """The head of every result file: what ran, when, where, at which commit, with which flags."""
     return {
         "benchmark": benchmark,
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": host_info(),
         "commit": commit(),
         "flags": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -233,7 +233,7 @@ def figure_main(
 def write_report(report: dict[str, Any], out: Path | None = None) -> Path:
     """bench/results/<benchmark>-<UTC time>.json unless `out` says otherwise; returns the path."""
     report.setdefault("host", {})["load_average_end"] = load_average()
-    path = out or RESULTS / f"{report['benchmark']}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    path = out or RESULTS / f"{report['benchmark']}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     return path
@@ -323,8 +323,13 @@ class Playback:
         return None if self.first_audio is None else self.first_audio - self.began
 
     def public(self) -> dict[str, Any]:
-        return {"ttfa_s": self.ttfa_s, "audio_s": self.audio_s, "underrun_s": self.underrun_s, "stalls": self.stalls,
-                "max_stall_s": self.max_stall_s}  # fmt: skip
+        return {
+            "ttfa_s": self.ttfa_s,
+            "audio_s": self.audio_s,
+            "underrun_s": self.underrun_s,
+            "stalls": self.stalls,
+            "max_stall_s": self.max_stall_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -342,12 +347,13 @@ class LocalEngine:
 def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterator[LocalEngine]:
     """An engine built and loaded in this process the way the server builds it (the default engine, and `overrides`
     as settings), with a function that speaks as the service does. For measuring the engine without the service."""
-    from engine_pool import build_engines
     from engines import ENGINE_SPECS, FAMILIES
     from engines.base import SynthesisOptions
+    from gpu.engine_pool import build_engines
+    from lifecycle.synthesis import SynthesisService, Voicing
     from settings import load_settings
-    from synthesis import SynthesisService, Voicing
-    from text import chunk_text, resolve_language
+    from text.chunking import chunk_text
+    from text.languages import resolve_language
 
     settings = load_settings(**overrides)
     engine = build_engines(settings, ENGINE_SPECS)[settings.default_engine]

@@ -328,8 +328,13 @@ def retry_sample(
     def retry(index: int, heard: Listening) -> None:
         time.sleep(heard.retry_after_s or 0.0)
         again = listen(url, BURST_TEXT, keys[index % len(keys)], voice=args.voice)
-        results[index] = {"retry_after_s": heard.retry_after_s, "status": again.status, "code": again.code,
-                          "ttfa_s": again.ttfa_s, "underrun_s": again.underrun_s}  # fmt: skip
+        results[index] = {
+            "retry_after_s": heard.retry_after_s,
+            "status": again.status,
+            "code": again.code,
+            "ttfa_s": again.ttfa_s,
+            "underrun_s": again.underrun_s,
+        }
 
     threads = [threading.Thread(target=retry, args=(i, h), daemon=True) for i, h in enumerate(sample)]
     for thread in threads:
@@ -420,13 +425,18 @@ def main() -> int:
     parser.add_argument("--url", help="a running server with caches off; default: start one")
     parser.add_argument("--voice", help="voice id or built-in name; default: the server's default voice")
     parser.add_argument("--runs", type=int, default=5, help="runs for each median (default 5)")
-    parser.add_argument("--clients", type=lambda v: [int(n) for n in v.split(",")], default=[1, 2, 3, 4],
-                        help="numbers of simultaneous clients, comma-separated (default 1,2,3,4)")  # fmt: skip
+    parser.add_argument(
+        "--clients",
+        type=lambda v: [int(n) for n in v.split(",")],
+        default=[1, 2, 3, 4],
+        help="numbers of simultaneous clients, comma-separated (default 1,2,3,4)",
+    )
     parser.add_argument("--burst", type=int, default=50, help="streams sent at once in the burst (default 50)")
     parser.add_argument("--retry-sample", type=int, default=3, help="refused burst streams retried (default 3)")
     parser.add_argument("--load-delay", type=float, default=1.0, help="s between a background load and the measure")
-    parser.add_argument("--modes", type=lambda v: v.split(","), default=["anonymous", "keyed"],
-                        help="anonymous,keyed (default both)")  # fmt: skip
+    parser.add_argument(
+        "--modes", type=lambda v: v.split(","), default=["anonymous", "keyed"], help="anonymous,keyed (default both)"
+    )
     parser.add_argument("--only", action="append", choices=CASES, help="run only these cases (repeatable)")
     parser.add_argument("--out", type=Path, help="JSON output path")
     args = parser.parse_args()

@@ -28,7 +28,7 @@ import httpx
 if __package__ in (None, ""):  # run as `python bench/encoding.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio import AUDIO_FORMATS, open_encoder, to_pcm16  # noqa: E402
+from audio.encoding import AUDIO_FORMATS, open_encoder, to_pcm16  # noqa: E402
 from bench.common import (  # noqa: E402
     SIXTY_WORDS,
     in_process_engine,
@@ -63,8 +63,12 @@ def speak(client: httpx.Client, fmt: str, voice: str) -> dict[str, Any]:
                 first = time.perf_counter() - started
             size += len(chunk)
     total = time.perf_counter() - started
-    return {"ttfb_s": first if first is not None else total, "total_s": total, "bytes": size,
-            "cache": response.headers.get("x-cache", "")}  # fmt: skip
+    return {
+        "ttfb_s": first if first is not None else total,
+        "total_s": total,
+        "bytes": size,
+        "cache": response.headers.get("x-cache", ""),
+    }
 
 
 def bench_http(url: str, runs: int, voice: str, api_key: str | None) -> dict[str, Any]:
@@ -82,8 +86,13 @@ def bench_http(url: str, runs: int, voice: str, api_key: str | None) -> dict[str
     pcm_total = stats([r["total_s"] for r in raw["pcm"]])["median"]
     for fmt, results in raw.items():
         ttfb, total = stats([r["ttfb_s"] for r in results]), stats([r["total_s"] for r in results])
-        entry: dict[str, Any] = {"ttfb_s": ttfb, "total_s": total, "bytes": results[-1]["bytes"],
-                                 "cache_hits": sum(r["cache"] == "hit" for r in results), "runs": results}  # fmt: skip
+        entry: dict[str, Any] = {
+            "ttfb_s": ttfb,
+            "total_s": total,
+            "bytes": results[-1]["bytes"],
+            "cache_hits": sum(r["cache"] == "hit" for r in results),
+            "runs": results,
+        }
         if fmt != "pcm":
             entry["added_ttfb_s"] = ttfb["median"] - pcm_ttfb
             entry["added_total_share"] = total["median"] / pcm_total - 1
@@ -106,8 +115,13 @@ def synthesize(voice_name: str | None) -> dict[str, Any]:
         started = time.perf_counter()
         for samples in engine.speak(TEXT):
             pieces.append((time.perf_counter() - started, to_pcm16(samples)))
-        return {"engine": engine.name, "voice": engine.voice, "sample_rate": engine.sample_rate,
-                "synth_s": time.perf_counter() - started, "pieces": pieces}  # fmt: skip
+        return {
+            "engine": engine.name,
+            "voice": engine.voice,
+            "sample_rate": engine.sample_rate,
+            "synth_s": time.perf_counter() - started,
+            "pieces": pieces,
+        }
 
 
 def encode_timed(fmt: str, pieces: list[tuple[float, bytes]], rate: int) -> dict[str, Any]:

@@ -91,11 +91,15 @@ async def _busy_keys(url: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "series": series,
         "requests": {
-            key: {"completed": len(runs), "queue_s": stats([float(r["queue_s"] or 0) for r in runs]),
-                  "errors": errors[key][:10], "error_count": len(errors[key])}
+            key: {
+                "completed": len(runs),
+                "queue_s": stats([float(r["queue_s"] or 0) for r in runs]),
+                "errors": errors[key][:10],
+                "error_count": len(errors[key]),
+            }
             for key, runs in finished.items()
         },
-    }  # fmt: skip
+    }
 
 
 def check_steps(series: list[dict[str, Any]]) -> list[dict[str, Any]]:

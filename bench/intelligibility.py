@@ -94,10 +94,18 @@ def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "goal": {"wer_at_most": WER_GOAL, "breaks": 0},
         "met": wer <= WER_GOAL and breaks == 0,
-        "overall": {"wer": round(wer, 4), "word_errors": errors, "reference_words": words, "breaks": breaks,
-                    "unconfirmed_breaks": unconfirmed},
-        "setup": {"voice": args.voice or "server default", "language": args.language,
-                  "asr": "Whisper base (faster-whisper, CTranslate2 int8, CPU), beam 5, word timestamps"},  # fmt: skip
+        "overall": {
+            "wer": round(wer, 4),
+            "word_errors": errors,
+            "reference_words": words,
+            "breaks": breaks,
+            "unconfirmed_breaks": unconfirmed,
+        },
+        "setup": {
+            "voice": args.voice or "server default",
+            "language": args.language,
+            "asr": "Whisper base (faster-whisper, CTranslate2 int8, CPU), beam 5, word timestamps",
+        },
         "paragraphs": results,
     }
 
@@ -106,7 +114,9 @@ def summary(fig: dict[str, Any]) -> str:
     lines = [f"{'paragraph':<14} {'WER':>6} {'errors':>9} {'breaks':>6} {'unconfirmed':>11} {'audio s':>8}"]
     for name, r in fig["paragraphs"].items():
         errors = f"{r['word_errors']}/{r['reference_words']}"
-        lines.append(f"{name:<14} {r['wer']:6.3f} {errors:>9} {len(r['breaks']):6d} {len(r['unconfirmed_breaks']):11d} {r['audio_s']:8.2f}")
+        lines.append(
+            f"{name:<14} {r['wer']:6.3f} {errors:>9} {len(r['breaks']):6d} {len(r['unconfirmed_breaks']):11d} {r['audio_s']:8.2f}"
+        )
     overall = fig["overall"]
     lines.append(
         f"{'overall':<14} {overall['wer']:6.3f} {overall['word_errors']:>4}/{overall['reference_words']:<4} "

@@ -52,7 +52,7 @@ if __package__ in (None, ""):  # run as `python bench/live.py`
 from bench.common import SIXTY_WORDS, Playback, figure_main, measure_stream  # noqa: E402
 from bench.duplex_http import DuplexRequest  # noqa: E402
 from settings import load_settings  # noqa: E402
-from text import PhraseSegmenter  # noqa: E402
+from text.chunking import PhraseSegmenter  # noqa: E402
 
 GOAL_EXCESS_S = 0.100
 _TOKEN = re.compile(r"\s*(?:[\w'’]+|[^\w\s]+)")
@@ -123,8 +123,13 @@ class LiveRun:
         return sum(size for _, size in self.audio)
 
 
-async def produce(run: LiveRun, parts: list[str], per_second: float, send: Callable[[str], Awaitable[None]],
-                  end: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
+async def produce(
+    run: LiveRun,
+    parts: list[str],
+    per_second: float,
+    send: Callable[[str], Awaitable[None]],
+    end: Callable[[], Awaitable[None]],
+) -> None:
     """The simulated language model: token i leaves at `began + i / per_second`, then the end of the text."""
     for index, part in enumerate(parts):
         await asyncio.sleep(max(0.0, run.began + index / per_second - time.perf_counter()))
@@ -149,8 +154,15 @@ async def over_websocket(url: str, parts: list[str], args: argparse.Namespace) -
     uri = url.replace("http", "ws", 1) + "/tts/live/ws?" + _query(args)
     async with connect(uri, subprotocols=protocols, max_size=None) as ws:  # type: ignore[arg-type]
         run = LiveRun("ws", time.perf_counter())
-        sender = asyncio.create_task(produce(run, parts, args.tokens_per_s, lambda t: ws.send(json.dumps({"text": t})),
-                                             lambda: ws.send(json.dumps({"end": True}))))  # fmt: skip
+        sender = asyncio.create_task(
+            produce(
+                run,
+                parts,
+                args.tokens_per_s,
+                lambda t: ws.send(json.dumps({"text": t})),
+                lambda: ws.send(json.dumps({"end": True})),
+            )
+        )
         try:
             async for message in ws:  # ends when the server closes the connection
                 now = time.perf_counter()
@@ -219,13 +231,17 @@ def analyse(run: LiveRun, said: list[Phrase], starts: list[int]) -> dict[str, An
         previous_end = _arrival(run, start - 1) if index else None
         completed = run.sent[phrase.completing_token]
         ready = max(completed, previous_end) if previous_end is not None else completed
-        rows.append({
-            "phrase": index + 1, "text": phrase.text, "chars": len(phrase.text),
-            "after_last_token_s": None if first is None else first - run.sent[phrase.last_token],
-            "text_wait_s": completed - run.sent[phrase.last_token],
-            "gpu_wait_s": ready - completed,
-            "after_ready_s": None if first is None else first - ready,
-        })  # fmt: skip
+        rows.append(
+            {
+                "phrase": index + 1,
+                "text": phrase.text,
+                "chars": len(phrase.text),
+                "after_last_token_s": None if first is None else first - run.sent[phrase.last_token],
+                "text_wait_s": completed - run.sent[phrase.last_token],
+                "gpu_wait_s": ready - completed,
+                "after_ready_s": None if first is None else first - ready,
+            }
+        )
     total = run.audio[-1][0] - run.began if run.audio else None
     return {"phrases": rows, "playback": playback.public(), "total_s": total, "audio_bytes": run.audio_bytes}
 
@@ -261,15 +277,24 @@ def live(url: str, args: argparse.Namespace) -> dict[str, Any]:
         whole = ws.error is None and " ".join(ws.spoken).split() == SIXTY_WORDS.split()
         said = phrases(parts, ws.spoken, args.first_chunk_chars, args.chunk_chars) if whole else None
         starts = [0, *ws.phrase_ends[:-1]]
-        runs["ws"].append({"error": ws.error, "spoken_whole_text": whole, **(analyse(ws, said, starts) if said else {})})
+        runs["ws"].append(
+            {"error": ws.error, "spoken_whole_text": whole, **(analyse(ws, said, starts) if said else {})}
+        )
         # The HTTP route has no events: its phrases are the WebSocket run's where its audio is as long (the cuts
         # depend on timing); otherwise only its playback is analysed.
         http = asyncio.run(asyncio.wait_for(over_http(url, parts, args), args.timeout))
         same = http.audio_bytes == ws.audio_bytes
-        runs["http"].append({"error": http.error, "same_audio_length_as_ws": same,
-                             **(analyse(http, said if same else [], starts) if said and http.error is None else {})})  # fmt: skip
-    texts = sorted({row["text"] for route in runs.values() for run in route for row in run.get("phrases", [])},
-                   key=SIXTY_WORDS.find)  # fmt: skip
+        runs["http"].append(
+            {
+                "error": http.error,
+                "same_audio_length_as_ws": same,
+                **(analyse(http, said if same else [], starts) if said and http.error is None else {}),
+            }
+        )
+    texts = sorted(
+        {row["text"] for route in runs.values() for run in route for row in run.get("phrases", [])},
+        key=SIXTY_WORDS.find,
+    )
     ref = reference(url, texts, args)
     out: dict[str, Any] = {
         "text": {"tokens": len(parts), "tokens_per_s": args.tokens_per_s},
@@ -293,7 +318,9 @@ def summarise(runs: list[dict[str, Any]], stream_ttfa: dict[str, float]) -> list
         for key in ("after_last_token_s", "text_wait_s", "gpu_wait_s", "after_ready_s"):
             row[key] = _median([r[key] for r in found])
         row["stream_ttfa_s"] = stream_ttfa[text]
-        row["excess_s"] = None if row["after_last_token_s"] is None else row["after_last_token_s"] - row["stream_ttfa_s"]
+        row["excess_s"] = (
+            None if row["after_last_token_s"] is None else row["after_last_token_s"] - row["stream_ttfa_s"]
+        )
         rows.append(row)
     return rows
 
@@ -320,25 +347,33 @@ def summary(fig: dict[str, Any]) -> str:
 
 def summary_lines(fig: dict[str, Any]) -> Iterator[str]:
     ref = fig["reference"]
-    yield (f"{fig['text']['tokens']} tokens at {fig['text']['tokens_per_s']:g}/s, {len(ref['ttfa_s'])} distinct phrases; "
-           f"/tts/stream real-time factor {_s(ref['rtf'])}")  # fmt: skip
+    yield (
+        f"{fig['text']['tokens']} tokens at {fig['text']['tokens_per_s']:g}/s, {len(ref['ttfa_s'])} distinct phrases; "
+        f"/tts/stream real-time factor {_s(ref['rtf'])}"
+    )
     for route, result in fig["routes"].items():
         done = [run for run in result["runs"] if "playback" in run]
         errors = [run["error"] for run in result["runs"] if run["error"]]
         yield f"live over {route}: {len(done)} of {len(result['runs'])} runs analysed" + (f"; {errors}" * bool(errors))
         for number, run in enumerate(done, 1):
             play = run["playback"]
-            yield (f"  run {number}: first audio {_s(play['ttfa_s'])} s after the first token, {play['audio_s']:.1f} s "
-                   f"of audio; stalls {play['stalls']}, {play['underrun_s']:.3f} s in all, "
-                   f"longest {play['max_stall_s']:.3f} s")  # fmt: skip
+            yield (
+                f"  run {number}: first audio {_s(play['ttfa_s'])} s after the first token, {play['audio_s']:.1f} s "
+                f"of audio; stalls {play['stalls']}, {play['underrun_s']:.3f} s in all, "
+                f"longest {play['max_stall_s']:.3f} s"
+            )
         yield "  #  chars  runs  after last token  text wait  GPU wait  synthesis  /tts/stream ttfa  excess"
         for row in result["phrases"]:
-            yield (f"  {row['phrase']}  {row['chars']:5d}  {row['runs']:4d}  {_s(row['after_last_token_s']):>16}  "
-                   f"{_s(row['text_wait_s']):>9}  {_s(row['gpu_wait_s']):>8}  {_s(row['after_ready_s']):>9}  "
-                   f"{_s(row['stream_ttfa_s']):>16}  {_s(row['excess_s'], True):>6}")  # fmt: skip
+            yield (
+                f"  {row['phrase']}  {row['chars']:5d}  {row['runs']:4d}  {_s(row['after_last_token_s']):>16}  "
+                f"{_s(row['text_wait_s']):>9}  {_s(row['gpu_wait_s']):>8}  {_s(row['after_ready_s']):>9}  "
+                f"{_s(row['stream_ttfa_s']):>16}  {_s(row['excess_s'], True):>6}"
+            )
     stalls = {True: "met", False: "not met", None: "not judged (generation slower than real time)"}[fig["stalls_met"]]
-    yield (f"goal: each phrase within {GOAL_EXCESS_S * 1000:.0f} ms of /tts/stream's first audio: "
-           f"{'met' if fig['delay_met'] else 'not met'}; no stalls: {stalls}")  # fmt: skip
+    yield (
+        f"goal: each phrase within {GOAL_EXCESS_S * 1000:.0f} ms of /tts/stream's first audio: "
+        f"{'met' if fig['delay_met'] else 'not met'}; no stalls: {stalls}"
+    )
 
 
 def main() -> int:
@@ -349,10 +384,18 @@ def main() -> int:
     parser.add_argument("--voice", help="voice id or built-in name; default: the server's default voice")
     parser.add_argument("--runs", type=int, default=3, help="live requests per route, /tts/stream per phrase")
     parser.add_argument("--tokens-per-s", type=float, default=30.0, help="the simulated model's speed (default 30)")
-    parser.add_argument("--first-chunk-chars", type=int, default=defaults.first_chunk_chars,
-                        help="the server's POLYTTS_FIRST_CHUNK_CHARS (default: this environment's)")  # fmt: skip
-    parser.add_argument("--chunk-chars", type=int, default=defaults.chunk_chars,
-                        help="the server's POLYTTS_CHUNK_CHARS (default: this environment's)")  # fmt: skip
+    parser.add_argument(
+        "--first-chunk-chars",
+        type=int,
+        default=defaults.first_chunk_chars,
+        help="the server's POLYTTS_FIRST_CHUNK_CHARS (default: this environment's)",
+    )
+    parser.add_argument(
+        "--chunk-chars",
+        type=int,
+        default=defaults.chunk_chars,
+        help="the server's POLYTTS_CHUNK_CHARS (default: this environment's)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per live request (default 300)")
     return figure_main("live", parser, live, summary)
 

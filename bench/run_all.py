@@ -18,7 +18,7 @@ import shlex
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running server for every benchmark; default: each starts its own")
     parser.add_argument("--skip", action="append", choices=sorted(BENCHMARKS), default=[], help="skip one (repeatable)")
-    parser.add_argument("--args", action="append", default=[], metavar="NAME=ARGS",
-                        help="extra arguments for one benchmark, e.g. concurrency='--runs 3' (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="extra arguments for one benchmark, e.g. concurrency='--runs 3' (repeatable)",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per benchmark (default 3600)")
     parser.add_argument("--out", type=Path, help="combined JSON path; default bench/results/all-<UTC>.json")
     args = parser.parse_args()
@@ -87,7 +92,7 @@ def main() -> int:
             parser.error(f"--args {item!r}: no benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
         extras[name] = shlex.split(value)
     stop_on_sigterm()
-    stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     combined = new_report("all", args)
     combined["benchmarks"] = {}
     for name, script in BENCHMARKS.items():

@@ -138,16 +138,28 @@ def pause_edges(wav: bytes, words: Sequence[Word]) -> dict[str, Any]:
     samples, rate = sf.read(io.BytesIO(wav), dtype="float32")
     edges = []
     for stop, resume in silences(samples, rate, MIN_PAUSE_S):
-        around = [i for i in range(len(words) - 1)
-                  if words[i].end >= stop - 0.15 and words[i + 1].start <= resume + 0.15]  # fmt: skip
+        around = [
+            i for i in range(len(words) - 1) if words[i].end >= stop - 0.15 and words[i + 1].start <= resume + 0.15
+        ]
         if not around:
             continue
         i = min(around, key=lambda k: abs((words[k].end + words[k + 1].start) / 2 - (stop + resume) / 2))
-        edges.append({"pause": [stop, resume], "before": words[i].text, "end_ms": round((words[i].end - stop) * 1000),
-                      "after": words[i + 1].text, "start_ms": round((words[i + 1].start - resume) * 1000)})  # fmt: skip
+        edges.append(
+            {
+                "pause": [stop, resume],
+                "before": words[i].text,
+                "end_ms": round((words[i].end - stop) * 1000),
+                "after": words[i + 1].text,
+                "start_ms": round((words[i + 1].start - resume) * 1000),
+            }
+        )
     worst = max((max(abs(e["end_ms"]), abs(e["start_ms"])) for e in edges), default=None)
-    return {"pauses": len(edges), "max_edge_ms": worst, "edges": edges,
-            "edge_pass": worst is not None and worst <= EDGE_TOLERANCE_S * 1000}  # fmt: skip
+    return {
+        "pauses": len(edges),
+        "max_edge_ms": worst,
+        "edges": edges,
+        "edge_pass": worst is not None and worst <= EDGE_TOLERANCE_S * 1000,
+    }
 
 
 def timings(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -173,12 +185,17 @@ def timings(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summary(fig: dict[str, Any]) -> str:
-    lines = [f"{'text':<26} {'paired':>7} {'max |dev|':>9} {'mean':>6} {'max not after pause':>19}  pass"
-             f"  {'pauses':>6} {'max edge':>8}  pass"]  # fmt: skip
+    lines = [
+        f"{'text':<26} {'paired':>7} {'max |dev|':>9} {'mean':>6} {'max not after pause':>19}  pass"
+        f"  {'pauses':>6} {'max edge':>8}  pass"
+    ]
     rows = {**fig["texts"], "whisper on known positions": fig["whisper_on_known_positions"]}
     for name, r in rows.items():
-        edges = (f"  {r['pauses']:>6} {r['max_edge_ms']!s:>5} ms  {'yes' if r['edge_pass'] else 'no'}"
-                 if "pauses" in r else "")  # fmt: skip
+        edges = (
+            f"  {r['pauses']:>6} {r['max_edge_ms']!s:>5} ms  {'yes' if r['edge_pass'] else 'no'}"
+            if "pauses" in r
+            else ""
+        )
         lines.append(
             f"{name:<26} {r['paired']:>3}/{r['words']:<3} {r['max_abs_ms']!s:>6} ms {r['mean_abs_ms']!s:>6} "
             f"{r['max_abs_ms_not_after_pause']!s:>16} ms  {'yes' if r['pass'] else 'no ':<3}{edges}"

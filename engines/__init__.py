@@ -6,8 +6,10 @@ engine is its module (which declares an `EngineSpec`), one line in ENGINE_SPECS,
 
 from __future__ import annotations
 
-from engines import kokoro, qwen, voxcpm
 from engines.base import EngineSpec
+from engines.kokoro import engine as kokoro
+from engines.qwen import engine as qwen
+from engines.voxcpm import engine as voxcpm
 
 ENGINE_SPECS: tuple[EngineSpec, ...] = (kokoro.SPEC, voxcpm.SPEC, qwen.SPEC)
 FAMILIES: dict[str, EngineSpec] = {spec.family: spec for spec in ENGINE_SPECS}

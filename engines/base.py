@@ -15,10 +15,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from audio.word_timings import WordTiming
 from errors import Unavailable
-from text import Language
-from voice_entry import VoiceEntry
-from word_timings import WordTiming
+from text.languages import Language
+from voicebank.voice_entry import VoiceEntry
 
 if TYPE_CHECKING:
     from settings import Settings
@@ -197,7 +197,7 @@ class Engine(ABC):
         """One short generation after the first load, so the first request does not pay for lazy setup."""
         voices = self.builtin_voices()
         if voices:
-            from text import resolve_language
+            from text.languages import resolve_language
 
             handle = self.prepare_voice(voices[0])
             for _ in self.stream("Ready.", handle, SynthesisOptions(language=resolve_language(None))):

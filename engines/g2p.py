@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from text import LANGUAGES, Language
+from text.languages import LANGUAGES, Language
 
 log = logging.getLogger("polytts.g2p")
 # phonemizer warns on every word-count mismatch between text and phonemes, which punctuation makes routine.

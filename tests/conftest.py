@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from seams import MARGIN_SECONDS, PAUSE_SECONDS
-from text import Pause
+from audio.seams import MARGIN_SECONDS, PAUSE_SECONDS
+from text.chunking import Pause
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,19 +129,36 @@ def tiny_kokoro(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path)
     folder = tmp_path_factory.mktemp("tiny-kokoro")
     vocab = json.loads((assembled_model / "vocab.json").read_text(encoding="utf-8"))["vocab"]
     config = {
-        "n_token": 178, "hidden_dim": 512, "style_dim": 128, "n_layer": 1, "n_mels": 80, "max_dur": 3,
-        "dim_in": 64, "max_conv_dim": 512, "text_encoder_kernel_size": 5, "multispeaker": True, "dropout": 0.2,
+        "n_token": 178,
+        "hidden_dim": 512,
+        "style_dim": 128,
+        "n_layer": 1,
+        "n_mels": 80,
+        "max_dur": 3,
+        "dim_in": 64,
+        "max_conv_dim": 512,
+        "text_encoder_kernel_size": 5,
+        "multispeaker": True,
+        "dropout": 0.2,
         "plbert": {
-            "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 512,
-            "num_hidden_layers": 1, "dropout": 0.1,
+            "hidden_size": 32,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 512,
+            "num_hidden_layers": 1,
+            "dropout": 0.1,
         },
         "istftnet": {
-            "upsample_rates": [10, 6], "upsample_kernel_sizes": [20, 12], "gen_istft_n_fft": 20,
-            "gen_istft_hop_size": 5, "resblock_kernel_sizes": [3, 7, 11],
-            "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "upsample_initial_channel": 512,
+            "upsample_rates": [10, 6],
+            "upsample_kernel_sizes": [20, 12],
+            "gen_istft_n_fft": 20,
+            "gen_istft_hop_size": 5,
+            "resblock_kernel_sizes": [3, 7, 11],
+            "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+            "upsample_initial_channel": 512,
         },
         "vocab": vocab,
-    }  # fmt: skip
+    }
     (folder / "config.json").write_text(json.dumps(config))
     torch.save({}, folder / "kokoro-v1_0.pth")  # an empty state dict: KModel keeps its random weights
     (folder / "voices").mkdir()

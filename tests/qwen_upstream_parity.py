@@ -43,7 +43,7 @@ def load(folder: str) -> Any:
         import qwen_tts
 
         return qwen_tts.Qwen3TTSModel.from_pretrained(folder, dtype=torch.float32)
-    from engines.qwen_import import CODEC_KEY_MAPPING, import_qwen_tts
+    from engines.qwen.upstream import CODEC_KEY_MAPPING, import_qwen_tts
 
     return import_qwen_tts().Qwen3TTSModel.from_pretrained(folder, dtype=torch.float32, key_mapping=CODEC_KEY_MAPPING)
 
@@ -80,9 +80,18 @@ def dump(folder: str, out: str) -> None:
         found[f"{name}_greedy_xvector"] = codes("Hi there.", xvec, "english", False, **greedy)
         torch.manual_seed(1234)
         found[f"{name}_sampled"] = codes(
-            "Sampled speech.", item, "english", False, temperature=0.8, top_k=20, top_p=0.9, repetition_penalty=1.1,
-            subtalker_temperature=0.7, subtalker_top_k=30, subtalker_top_p=0.95,
-        )  # fmt: skip
+            "Sampled speech.",
+            item,
+            "english",
+            False,
+            temperature=0.8,
+            top_k=20,
+            top_p=0.9,
+            repetition_penalty=1.1,
+            subtalker_temperature=0.7,
+            subtalker_top_k=30,
+            subtalker_top_p=0.95,
+        )
         both = torch.cat([item.ref_code, torch.from_numpy(found[f"{name}_greedy"])])
         found[f"{name}_audio"] = model.model.speech_tokenizer.decode([{"audio_codes": both}])[0][0]
     np.savez(out, **found)

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import wav_clip
+
 from engines.artefacts import load_array, read_clip, read_npy, save_array, usable_clip
 from engines.base import EngineCaps
-from engines.mlx_qwen import MlxQwenEngine
-from engines.voxcpm import VoxCPMEngine
+from engines.qwen.mlx_backend import MlxQwenEngine
+from engines.voxcpm.engine import VoxCPMEngine
 from errors import ServiceError
-from registry import Registration, VoiceRegistry
-from voice_entry import VoiceEntry
+from voicebank.registry import Registration, VoiceRegistry
+from voicebank.voice_entry import VoiceEntry
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -131,9 +131,13 @@ def clone(tmp_path: Path) -> VoiceEntry:
 
 def test_voxcpm_makes_a_damaged_trimmed_clip_again(tmp_path: Path, clone: VoiceEntry) -> None:
     engine = VoxCPMEngine(
-        model=str(tmp_path / "weights"), runtime="cpu", denoiser=None, max_ref_seconds=2.0, max_len=16,
+        model=str(tmp_path / "weights"),
+        runtime="cpu",
+        denoiser=None,
+        max_ref_seconds=2.0,
+        max_len=16,
         caps=EngineCaps(0, 80, 3, interleavable=False),
-    )  # fmt: skip
+    )
     prompt = engine.prepare_voice(clone)  # no model needed: the clips are cut before the model sees them
     prompt.reference.write_bytes(b"RIFF\x00\x00")
     again = engine.prepare_voice(clone)
@@ -147,9 +151,14 @@ def test_voxcpm_makes_a_damaged_trimmed_clip_again(tmp_path: Path, clone: VoiceE
 
 def test_mlx_engines_make_a_damaged_resampled_clip_again(tmp_path: Path, clone: VoiceEntry) -> None:
     engine = MlxQwenEngine(
-        model=str(tmp_path / "weights"), cache_mb=64, max_voices=2, max_ref_seconds=2.0, max_tokens=8,
-        stream_interval=0.32, caps=EngineCaps(0, 300, 0, interleavable=False),
-    )  # fmt: skip
+        model=str(tmp_path / "weights"),
+        cache_mb=64,
+        max_voices=2,
+        max_ref_seconds=2.0,
+        max_tokens=8,
+        stream_interval=0.32,
+        caps=EngineCaps(0, 300, 0, interleavable=False),
+    )
     cached = tmp_path / "reference.npy"
     first = engine.resampled_clip(clone.audio_path, cached)
     assert first.shape == (2 * engine.sample_rate,)

@@ -60,8 +60,10 @@ def test_silences_are_found_between_sounds_only() -> None:
 
 
 def test_a_break_counts_only_where_the_audio_is_silent() -> None:
-    heard = Transcript("in the US northwest", tuple(words(("in", 0.6, 0.7), ("the", 0.75, 0.9), ("U.S.", 1.0, 1.5),
-                                                           ("northwest", 1.9, 2.4))))  # fmt: skip
+    heard = Transcript(
+        "in the US northwest",
+        tuple(words(("in", 0.6, 0.7), ("the", 0.75, 0.9), ("U.S.", 1.0, 1.5), ("northwest", 1.9, 2.4))),
+    )
     solid = tone_with_gaps(16_000, 3.0, [])
     unconfirmed = asr.report("in the U.S. Northwest", heard, solid, 16_000)
     assert (unconfirmed["breaks"], [b["after"] for b in unconfirmed["unconfirmed_breaks"]]) == ([], ["northwest"])
@@ -92,12 +94,12 @@ def transcriber() -> asr.Transcriber:
 def test_whisper_hears_kokoro_and_finds_a_break_the_joiner_removes(
     assembled_model: Path, transcriber: asr.Transcriber
 ) -> None:
-    from audio import pcm_to_wav, to_pcm16
+    from audio.encoding import pcm_to_wav, to_pcm16
+    from audio.seams import ChunkJoiner
     from engines.g2p import G2P
-    from engines.kokoro_onnx import OnnxBackend
-    from engines.stock_voices import StockVoices
-    from seams import ChunkJoiner
-    from text import resolve_language
+    from engines.kokoro.onnx_backend import OnnxBackend
+    from engines.kokoro.stock_voices import StockVoices
+    from text.languages import resolve_language
 
     backend = OnnxBackend(assembled_model, threads=2)
     backend.load()

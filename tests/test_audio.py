@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from audio import (
+from audio.encoding import (
     AUDIO_FORMATS,
     FEED_SLICE_SECONDS,
     MEDIA_TYPES,
@@ -267,9 +267,17 @@ def test_encode_whole_wav_is_the_exact_length_wav_post_tts_sends() -> None:
 
 @pytest.mark.parametrize(
     ("fmt", "rate", "encoded_at"),
-    [("opus", 22_050, 24_000), ("opus", 44_100, 48_000), ("opus", 16_000, 16_000), ("mp3", 96_000, 48_000),
-     ("aac", 22_050, 22_050), ("flac", 22_050, 22_050), ("wav", 22_050, 22_050), ("pcm", 11_025, 11_025)],
-)  # fmt: skip
+    [
+        ("opus", 22_050, 24_000),
+        ("opus", 44_100, 48_000),
+        ("opus", 16_000, 16_000),
+        ("mp3", 96_000, 48_000),
+        ("aac", 22_050, 22_050),
+        ("flac", 22_050, 22_050),
+        ("wav", 22_050, 22_050),
+        ("pcm", 11_025, 11_025),
+    ],
+)
 def test_a_rate_the_codec_does_not_take_is_resampled_on_the_way_in(
     fmt: AudioFormat, rate: int, encoded_at: int
 ) -> None:

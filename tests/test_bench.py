@@ -15,7 +15,7 @@ from bench.abuse import PACK_SHAPE, multipart, understated_npz
 from bench.common import SIXTY_WORDS, Playback
 from bench.duplex_http import DuplexRequest
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens
-from text import PhraseSegmenter
+from text.chunking import PhraseSegmenter
 
 
 def test_a_listener_stalls_only_when_audio_arrives_after_what_it_had_was_played() -> None:
@@ -52,17 +52,34 @@ def test_phrases_are_the_spoken_ones_with_the_tokens_that_end_and_complete_them(
 
 def test_each_phrase_is_timed_from_its_tokens_to_the_audio_at_its_offset() -> None:
     said = [Phrase("One two.", last_token=1, completing_token=2), Phrase("Three.", last_token=2, completing_token=3)]
-    run = LiveRun("http", began=0.0, sent=[0.0, 0.1, 0.2, 0.3], sample_rate=24_000,
-                  audio=[(1.0, 4800), (1.05, 4800), (1.5, 9600)])  # fmt: skip
+    run = LiveRun(
+        "http", began=0.0, sent=[0.0, 0.1, 0.2, 0.3], sample_rate=24_000, audio=[(1.0, 4800), (1.05, 4800), (1.5, 9600)]
+    )
     result = analyse(run, said, starts=[0, 9600])
-    first, second = ({key: value if isinstance(value, str) else round(value, 3) for key, value in row.items()}
-                     for row in result["phrases"])  # fmt: skip
+    first, second = (
+        {key: value if isinstance(value, str) else round(value, 3) for key, value in row.items()}
+        for row in result["phrases"]
+    )
     # The first phrase: its last token at 0.1 s, completed by the next at 0.2 s, its audio at 1.0 s.
-    assert first == {"phrase": 1, "text": "One two.", "chars": 8, "after_last_token_s": 0.9, "text_wait_s": 0.1, "gpu_wait_s": 0.0,
-                     "after_ready_s": 0.8}  # fmt: skip
+    assert first == {
+        "phrase": 1,
+        "text": "One two.",
+        "chars": 8,
+        "after_last_token_s": 0.9,
+        "text_wait_s": 0.1,
+        "gpu_wait_s": 0.0,
+        "after_ready_s": 0.8,
+    }
     # The second: complete at the end of the text (0.3 s), but the first phrase's audio ran until 1.05 s.
-    assert second == {"phrase": 2, "text": "Three.", "chars": 6, "after_last_token_s": 1.3, "text_wait_s": 0.1, "gpu_wait_s": 0.75,
-                      "after_ready_s": 0.45}  # fmt: skip
+    assert second == {
+        "phrase": 2,
+        "text": "Three.",
+        "chars": 6,
+        "after_last_token_s": 1.3,
+        "text_wait_s": 0.1,
+        "gpu_wait_s": 0.75,
+        "after_ready_s": 0.45,
+    }
     playback = result["playback"]  # 0.1 s pieces at 1.0 and 1.05 play until 1.2; the next comes at 1.5
     assert playback["stalls"] == 1 and round(playback["underrun_s"], 3) == 0.3 and round(playback["audio_s"], 3) == 0.4
 
@@ -110,5 +127,7 @@ def test_the_pack_bomb_claims_a_packs_size_and_inflates_to_far_more() -> None:
 
 def test_multipart_bodies_name_their_parts() -> None:
     body = multipart([("engine", None, b"qwen"), ("audio", "a.wav", b"RIFF")], "b")
-    assert body == (b'--b\r\nContent-Disposition: form-data; name="engine"\r\n\r\nqwen\r\n'
-                    b'--b\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n')  # fmt: skip
+    assert body == (
+        b'--b\r\nContent-Disposition: form-data; name="engine"\r\n\r\nqwen\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n'
+    )

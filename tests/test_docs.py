@@ -7,10 +7,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from browser import LAPTOP, Console, chromium, wait_until
 from conftest import ServerProcess
 from playwright.sync_api import Browser, Route
-
-from browser import LAPTOP, Console, chromium, wait_until
 
 ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".png": "image/png"}
 

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 import websockets
+from conftest import ROOT, ServerProcess, wav_clip
 from websockets.sync.client import connect as connect_websocket
 
-from conftest import ROOT, ServerProcess, wav_clip
-
-LONG = " ".join(f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(6))
+LONG = " ".join(
+    f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(6)
+)
 
 
 def poll(probe, timeout: float, what: str):  # type: ignore[no-untyped-def]
@@ -36,8 +37,13 @@ def poll(probe, timeout: float, what: str):  # type: ignore[no-untyped-def]
 
 def test_sigterm_drains_streams_under_way_then_exits_0(tmp_path: Path, assembled_model: Path) -> None:
     # A drain long enough for the stream on a slow machine: the test is about finishing it, not about the bound.
-    server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_PCM_CACHE_BYTES="0",
-                           POLYTTS_WAV_CACHE_BYTES="0", POLYTTS_DRAIN_SECONDS="600").start()  # fmt: skip
+    server = ServerProcess(
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_PCM_CACHE_BYTES="0",
+        POLYTTS_WAV_CACHE_BYTES="0",
+        POLYTTS_DRAIN_SECONDS="600",
+    ).start()
     try:
         with httpx.Client(base_url=server.url, timeout=120) as client:
             solo = client.post("/tts/stream", json={"text": LONG, "language": "en"}).content
@@ -128,8 +134,12 @@ def test_admin_control_plane(tmp_path: Path, assembled_model: Path) -> None:
 
 
 def test_a_missing_engine_never_evicts_the_working_one(tmp_path: Path, assembled_model: Path) -> None:
-    server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_VOXCPM_MODEL=str(tmp_path / "absent"),
-                           POLYTTS_PCM_CACHE_BYTES="0").start()  # fmt: skip
+    server = ServerProcess(
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_VOXCPM_MODEL=str(tmp_path / "absent"),
+        POLYTTS_PCM_CACHE_BYTES="0",
+    ).start()
     try:
         with server.client() as client:
             form = {"engine": "voxcpm", "ref_text": "a reference"}
@@ -155,7 +165,7 @@ import os
 import sys
 import threading
 
-_spec = importlib.util.spec_from_file_location("_local_residency", os.environ["POLYTTS_ROOT"] + "/residency.py")
+_spec = importlib.util.spec_from_file_location("_local_residency", os.environ["POLYTTS_ROOT"] + "/gpu/residency.py")
 _local = sys.modules["_local_residency"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_local)
 ManagedUnit, ModelManager, ResidencyPolicy, free_cuda = (
@@ -185,19 +195,32 @@ def test_livestack_attach_with_a_stand_in_package(tmp_path: Path, assembled_mode
     (package / "__init__.py").write_text(textwrap.dedent(STAND_IN))
     record = tmp_path / "attach.json"
     server = ServerProcess(
-        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_HOST_ID="node-7", PYTHONPATH=str(tmp_path / "site"),
-        POLYTTS_ROOT=str(ROOT), STAND_IN_RECORD=str(record),
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_HOST_ID="node-7",
+        PYTHONPATH=str(tmp_path / "site"),
+        POLYTTS_ROOT=str(ROOT),
+        STAND_IN_RECORD=str(record),
     ).start(wait_ready=False)
     try:
         with server.client() as client:
             call = json.loads(record.read_text())
-            assert call == {"host_id": "node-7", "kind": "polytts", "units": ["kokoro", "voxcpm"],
-                            "idle_seconds": 300.0, "coload": False, "port": server.port}  # fmt: skip
+            assert call == {
+                "host_id": "node-7",
+                "kind": "polytts",
+                "units": ["kokoro", "voxcpm"],
+                "idle_seconds": 300.0,
+                "coload": False,
+                "port": server.port,
+            }
             assert client.get("/health").json()["fleet"] == {"attached": True, "residency": "livestack_node"}
             # Attached, the node leaves warming to the broker: nothing loads before preload.
             assert client.get("/health").json()["resident"] == []
-            pack = client.post("/voices", files={"voice_pack": ("p.npy", _pack_bytes(), "application/octet-stream")},
-                               data={"engine": "kokoro"}).json()["voice_id"]  # fmt: skip
+            pack = client.post(
+                "/voices",
+                files={"voice_pack": ("p.npy", _pack_bytes(), "application/octet-stream")},
+                data={"engine": "kokoro"},
+            ).json()["voice_id"]
             probe = client.post("/livestack/probe").json()
             assert probe["gpu_thread"] == "polytts-gpu" and probe["in_flight"] == 0 and probe["managed"]
             assert pack in probe["inventory"]["voice"] and "jf_alpha" in probe["inventory"]["voice"]
@@ -230,13 +253,20 @@ def _flac_clip() -> bytes:
 
 def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
     a = ServerProcess(tmp_path / "a", POLYTTS_KOKORO_BACKEND="onnx").start()
-    b = ServerProcess(tmp_path / "b", POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
-                      POLYTTS_PEER_TIMEOUT_S="2").start()  # fmt: skip
+    b = ServerProcess(
+        tmp_path / "b",
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
+        POLYTTS_PEER_TIMEOUT_S="2",
+    ).start()
     try:
         with a.client() as on_a, b.client() as on_b:
             pack = on_a.post("/voices", **_pack_form()).json()["voice_id"]
-            clip = on_a.post("/voices", files={"audio": ("c.flac", _flac_clip(), "audio/flac")},
-                             data={"engine": "qwen", "ref_text": "a flac clip", "language": "fr"}).json()["voice_id"]  # fmt: skip
+            clip = on_a.post(
+                "/voices",
+                files={"audio": ("c.flac", _flac_clip(), "audio/flac")},
+                data={"engine": "qwen", "ref_text": "a flac clip", "language": "fr"},
+            ).json()["voice_id"]
             assert pack not in on_b.get("/health").json()["inventory"]["voice"]
             spoken = on_b.post("/tts", json={"text": "Served on the other node.", "voice_id": pack, "language": "en"})
             assert spoken.status_code == 200 and spoken.headers["x-voice-id"] == pack
@@ -258,12 +288,17 @@ def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assem
     try:
         with server.client() as client:
             form = {"engine": "voxcpm", "ref_text": "the reference", "seed_text": "seed words"}
-            files = {"audio": ("r.flac", _flac_clip(), "audio/flac"), "seed_audio": ("s.wav", wav_clip(1.0, 500), "audio/wav")}
+            files = {
+                "audio": ("r.flac", _flac_clip(), "audio/flac"),
+                "seed_audio": ("s.wav", wav_clip(1.0, 500), "audio/wav"),
+            }
             voice = client.post("/voices", files=files, data=form).json()["voice_id"]
             bundle = client.get(f"/voices/{voice}/bundle")
             assert bundle.status_code == 200 and bundle.headers["content-type"] == "application/zip"
             assert client.delete(f"/voices/{voice}").status_code == 200
-            imported = client.post("/voices/bundle", content=bundle.content, headers={"content-type": "application/zip"})
+            imported = client.post(
+                "/voices/bundle", content=bundle.content, headers={"content-type": "application/zip"}
+            )
             assert imported.status_code == 201 and imported.json() == {"voice_id": voice, "created": True}
             again = client.post("/voices/bundle", content=bundle.content, headers={"content-type": "application/zip"})
             assert again.status_code == 200 and again.json()["created"] is False
@@ -278,10 +313,14 @@ def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assem
             # The clip's bytes damaged: not even audio any more.
             damaged = {**members, "audio": members["audio"][:-2000] + bytes(2000)}
             for content, code in ((tampered, "bundle_id_mismatch"), (damaged, "invalid_audio")):
-                refused = client.post("/voices/bundle", content=_zip(content), headers={"content-type": "application/zip"})
+                refused = client.post(
+                    "/voices/bundle", content=_zip(content), headers={"content-type": "application/zip"}
+                )
                 assert refused.status_code == 422 and refused.json()["code"] == code
                 assert sorted(p.name for p in (tmp_path / "n" / "voices").iterdir()) == before
-            garbage = client.post("/voices/bundle", content=b"PK\x03\x04 not really", headers={"content-type": "application/zip"})
+            garbage = client.post(
+                "/voices/bundle", content=b"PK\x03\x04 not really", headers={"content-type": "application/zip"}
+            )
             assert garbage.status_code == 422 and garbage.json()["code"] == "invalid_bundle"
     finally:
         server.stop()

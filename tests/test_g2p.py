@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from engines.g2p import G2P, choose_english_route
-from text import resolve_language
+from text.languages import resolve_language
 
 
 def test_english_route_is_misaki_only_with_its_spacy_model(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,9 +33,14 @@ def test_this_host_uses_espeak_for_english() -> None:
 
 @pytest.mark.parametrize(
     ("language", "text", "expected"),
-    [("en", "Hello world.", "həlˈoʊ"), ("en-gb", "Hello world.", "həlˈəʊ"), ("es", "Hola.", "ˈola"),
-     ("fr", "Bonjour.", "bɔ̃ʒˈuʁ"), ("zh", "你好", "ni")],
-)  # fmt: skip
+    [
+        ("en", "Hello world.", "həlˈoʊ"),
+        ("en-gb", "Hello world.", "həlˈəʊ"),
+        ("es", "Hola.", "ˈola"),
+        ("fr", "Bonjour.", "bɔ̃ʒˈuʁ"),
+        ("zh", "你好", "ni"),
+    ],
+)
 def test_phonemes_per_language(language: str, text: str, expected: str) -> None:
     phonemes = G2P("espeak").phonemize(text, resolve_language(language))
     assert expected in phonemes, phonemes

@@ -25,7 +25,6 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-
 from conftest import ROOT, ServerProcess, free_port
 from test_fleet import _pack_form, poll
 
@@ -131,8 +130,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> It
         node.env["POLYTTS_PEERS"] = ",".join(other.url for other_name, other in nodes.items() if other_name != name)
     listen, stats, admin_socket = free_port(), free_port(), root / "admin.sock"
     config = root / "haproxy.cfg"
-    config.write_text(configured(SHIPPED.read_text(), listen, stats, admin_socket,
-                                 [f"127.0.0.1:{node.port}" for node in nodes.values()]))  # fmt: skip
+    config.write_text(
+        configured(
+            SHIPPED.read_text(), listen, stats, admin_socket, [f"127.0.0.1:{node.port}" for node in nodes.values()]
+        )
+    )
     balancer = Balancer(config, listen, admin_socket)
     try:
         for node in nodes.values():
@@ -228,13 +230,24 @@ async def test_live_websocket_passes_through(fleet: Fleet) -> None:
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl program (apt-get install -y curl)")
 def test_live_http_answers_while_its_body_still_streams_in(fleet: Fleet) -> None:
     # `-T .`: curl reads the pipe without blocking and sends each line as it comes (`-T -` waits to fill a buffer).
-    curl = subprocess.Popen(["curl", "-sS", "--no-progress-meter", "--no-buffer", "-T", ".",
-                             f"{fleet.balancer.url}/tts/live?voice=af_heart"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    curl = subprocess.Popen(
+        [
+            "curl",
+            "-sS",
+            "--no-progress-meter",
+            "--no-buffer",
+            "-T",
+            ".",
+            f"{fleet.balancer.url}/tts/live?voice=af_heart",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert curl.stdin is not None and curl.stdout is not None
     received = bytearray()
-    reader = threading.Thread(target=lambda: [received.extend(chunk) for chunk in iter(curl.stdout.read1, b"")],
-                              daemon=True)  # fmt: skip
+    reader = threading.Thread(
+        target=lambda: [received.extend(chunk) for chunk in iter(curl.stdout.read1, b"")], daemon=True
+    )
     reader.start()
     try:
         curl.stdin.write(b'{"text": "The first phrase is complete."}\n')
@@ -294,16 +307,21 @@ def test_a_node_drained_under_load_loses_no_request(fleet: Fleet) -> None:
         def load(index: int) -> list[tuple[httpx.Response, int]]:
             with httpx.Client(base_url=balancer.url, timeout=120) as own:
                 start.wait()
-                return [answered(own, f"Client {index} asks for the {turn} time while a node drains.", deadline)
-                        for turn in ("first", "second")]  # fmt: skip
+                return [
+                    answered(own, f"Client {index} asks for the {turn} time while a node drains.", deadline)
+                    for turn in ("first", "second")
+                ]
 
         with ThreadPoolExecutor(3) as pool:
             outcomes = [outcome for outcomes in pool.map(load, range(3)) for outcome in outcomes]
         assert [response.status_code for response, _ in outcomes] == [200] * 6
         moved_by_haproxy = balancer.count(held, "wredis")
         client_waits = sum(waits for _, waits in outcomes)
-        log.info("drain: HAProxy moved %d request(s) off the draining node; clients waited on Retry-After %d time(s)",
-                 moved_by_haproxy, client_waits)  # fmt: skip
+        log.info(
+            "drain: HAProxy moved %d request(s) off the draining node; clients waited on Retry-After %d time(s)",
+            moved_by_haproxy,
+            client_waits,
+        )
         assert moved_by_haproxy >= 1  # leastconn sent it work while the other node was busier
 
         # With its health checked again, HAProxy takes the node out and sends it nothing more.

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
-from engines.kokoro import MAX_TOKENS, KokoroEngine, choose_backend
+from engines.kokoro.engine import MAX_TOKENS, KokoroEngine, choose_backend
 from errors import InvalidInput, NotFound
 from models.assemble import model_sum
-from normalize import normalize_english
-from text import resolve_language
-from voice_entry import VoiceEntry
+from text.languages import resolve_language
+from text.normalize import normalize_english
+from voicebank.voice_entry import VoiceEntry
 
 CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)
 ENGLISH = SynthesisOptions(language=resolve_language("en"))
@@ -43,7 +43,12 @@ def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
     # The 54 stock voices, language and gender from their names, listed from data/kokoro-voices without loading.
     assert len(names) == 54 and names["af_heart"] == "en-us" and names["bm_george"] == "en-gb"
     assert {name: names[name] for name in ("jf_alpha", "jm_kumo", "ef_dora", "ff_siwis", "zf_xiaobei")} == {
-        "jf_alpha": "ja", "jm_kumo": "ja", "ef_dora": "es", "ff_siwis": "fr-fr", "zf_xiaobei": "zh"}  # fmt: skip
+        "jf_alpha": "ja",
+        "jm_kumo": "ja",
+        "ef_dora": "es",
+        "ff_siwis": "fr-fr",
+        "zf_xiaobei": "zh",
+    }
     assert {v.gender for v in fresh.builtin_voices() if v.name in ("af_heart", "am_adam")} == {"female", "male"}
     assert not fresh.loaded
     assert fresh.checkpoint == f"kokoro-82m-int8-onnx@{model_sum(assembled_model)[:16]}"  # the file as written
@@ -125,8 +130,17 @@ def test_chinese_speaks_through_misaki(engine: KokoroEngine) -> None:
 
 
 # A short phrase per language of the stock voices; Japanese and Chinese need their optional G2P packages.
-PHRASES = {"en-us": "Hello there.", "en-gb": "Hello there.", "es": "Hola a todos.", "fr-fr": "Bonjour à tous.",
-           "hi": "नमस्ते दोस्तों।", "it": "Ciao a tutti.", "pt-br": "Olá a todos.", "ja": "こんにちは。", "zh": "你好。"}  # fmt: skip
+PHRASES = {
+    "en-us": "Hello there.",
+    "en-gb": "Hello there.",
+    "es": "Hola a todos.",
+    "fr-fr": "Bonjour à tous.",
+    "hi": "नमस्ते दोस्तों।",
+    "it": "Ciao a tutti.",
+    "pt-br": "Olá a todos.",
+    "ja": "こんにちは。",
+    "zh": "你好。",
+}
 
 
 def test_every_stock_voice_speaks(engine: KokoroEngine) -> None:
@@ -154,9 +168,14 @@ def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None
         return np.concatenate(list(engine.stream(text, handle, options)))
 
     spoken = normalize_english(raw)
-    assert spoken == "It cost one thousand two hundred thirty-four dollars and fifty-six cents on March third, twenty twenty-four."
+    assert (
+        spoken
+        == "It cost one thousand two hundred thirty-four dollars and fifty-six cents on March third, twenty twenty-four."
+    )
     assert np.array_equal(audio(raw, True), audio(spoken, False))  # what the model hears is the normalized text
     assert not np.array_equal(audio(raw, False), audio(spoken, False))  # normalize: false leaves the text alone
+
+
 def test_inference_returns_each_tokens_frames(engine: KokoroEngine) -> None:
     backend = engine.backend
     assert backend is not None

@@ -8,17 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import TINY_KOKORO_VOICES
-from engine_pool import EnginePool, build_engines
+
 from engines import ENGINE_SPECS
 from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
-from engines.kokoro import KokoroEngine
+from engines.kokoro.engine import KokoroEngine
 from errors import NotFound
-from metrics import Metrics
-from scheduler import GpuThread
+from gpu.engine_pool import EnginePool, build_engines
+from gpu.scheduler import GpuThread
+from lifecycle.metrics import Metrics
 from settings import load_settings
-from text import chunk_text, resolve_language
+from text.chunking import chunk_text
+from text.languages import resolve_language
 
 CAPS = EngineCaps(first_chunk_chars=40, max_chunk_chars=120)
 ENGLISH = SynthesisOptions(language=resolve_language("en"))
@@ -99,9 +100,7 @@ def test_unload_drops_the_model_and_reload_works(tiny_kokoro: Path) -> None:
     assert len(audio) > 1000
 
 
-def test_offline_hub_id_fails_fast_with_a_clear_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_offline_hub_id_fails_fast_with_a_clear_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hub"))  # an empty hub cache
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.monotonic()

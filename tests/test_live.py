@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from live import LiveText
-from text import Chunk, PhraseSegmenter
+from text.chunking import Chunk, PhraseSegmenter
+from web.live_transport import LiveText
 
 
 def live_text() -> tuple[LiveText, list[int]]:
@@ -32,5 +32,7 @@ def test_clauses_are_packed_while_phrases_wait() -> None:
     assert taken == (Chunk("Then the second part,", "clause"), False)
     text.close()
     assert [text.take(), text.take(), text.take()] == [
-        (Chunk("which may go on for a while and on,", "clause"), True), None, None
+        (Chunk("which may go on for a while and on,", "clause"), True),
+        None,
+        None,
     ]

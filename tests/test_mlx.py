@@ -13,14 +13,14 @@ from conftest import wav_clip
 
 from engines import FAMILIES
 from engines.base import BlendVoice, BuiltinVoice, EngineCaps, SynthesisOptions
-from engines.kokoro import KokoroEngine
-from engines.mlx_engine import WrongThread
-from engines.mlx_qwen import MlxQwenEngine
-from engines.mlx_voxcpm import MlxVoxCPMEngine
-from registry import Registration, VoiceRegistry
-from scheduler import GpuThread
-from text import resolve_language
-from voice_entry import VoiceEntry
+from engines.kokoro.engine import KokoroEngine
+from engines.mlx_base import WrongThread
+from engines.qwen.mlx_backend import MlxQwenEngine
+from engines.voxcpm.mlx_backend import MlxVoxCPMEngine
+from gpu.scheduler import GpuThread
+from text.languages import resolve_language
+from voicebank.registry import Registration, VoiceRegistry
+from voicebank.voice_entry import VoiceEntry
 
 T = TypeVar("T")
 CAPS = EngineCaps(0, 300, 0, interleavable=False)
@@ -59,15 +59,22 @@ ENGLISH = SynthesisOptions(resolve_language("en"), FAMILIES["qwen"].param_defaul
 @pytest.fixture(scope="module")
 def qwen(gpu: GpuThread, tiny_mlx_models: dict[str, Path]) -> Iterator[MlxQwenEngine]:
     engine = MlxQwenEngine(
-        model=str(tiny_mlx_models["qwen"]), cache_mb=64, max_voices=2, max_ref_seconds=2.0, max_tokens=8,
-        stream_interval=0.32, caps=CAPS,
-    )  # fmt: skip
+        model=str(tiny_mlx_models["qwen"]),
+        cache_mb=64,
+        max_voices=2,
+        max_ref_seconds=2.0,
+        max_tokens=8,
+        stream_interval=0.32,
+        caps=CAPS,
+    )
     on(gpu, engine.load)
     yield engine
     on(gpu, engine.unload)
 
 
-def test_qwen_clones_and_streams_inside_a_generation(gpu: GpuThread, qwen: MlxQwenEngine, registry: VoiceRegistry) -> None:
+def test_qwen_clones_and_streams_inside_a_generation(
+    gpu: GpuThread, qwen: MlxQwenEngine, registry: VoiceRegistry
+) -> None:
     voice = register(registry, "qwen")
     prepared = on(gpu, qwen.prepare_voice, voice)
     folder = voice.folder / "prompts" / qwen.model_key
@@ -75,7 +82,11 @@ def test_qwen_clones_and_streams_inside_a_generation(gpu: GpuThread, qwen: MlxQw
     pieces = collect(gpu, qwen, "Hello world.", prepared, ENGLISH)
     assert len(pieces) == 2 and all(len(p) == PIECE for p in pieces)  # 8 frames in pieces of 0.32 s (4 frames)
     assert qwen.sample_rate == 24_000 and all(np.isfinite(p).all() for p in pieces)
-    xvec = on(gpu, qwen.prepare_voice, register(registry, "qwen", audio=wav_clip(1.0, 260), ref_text="", x_vector_only_mode=True))
+    xvec = on(
+        gpu,
+        qwen.prepare_voice,
+        register(registry, "qwen", audio=wav_clip(1.0, 260), ref_text="", x_vector_only_mode=True),
+    )
     assert xvec.ref_text is None and len(collect(gpu, qwen, "Hi.", xvec, ENGLISH)) == 2
 
 
@@ -96,7 +107,9 @@ def test_prepared_voices_persist_and_are_bounded_in_memory(
     assert len(collect(gpu, qwen, "From disk.", prepared, ENGLISH)) == 2
 
 
-def test_mlx_calls_off_the_loading_thread_are_refused(gpu: GpuThread, qwen: MlxQwenEngine, registry: VoiceRegistry) -> None:
+def test_mlx_calls_off_the_loading_thread_are_refused(
+    gpu: GpuThread, qwen: MlxQwenEngine, registry: VoiceRegistry
+) -> None:
     prepared = on(gpu, qwen.prepare_voice, register(registry, "qwen", audio=wav_clip(1.0, 900)))
     with pytest.raises(WrongThread):
         list(qwen.stream("Wrong thread.", prepared, ENGLISH))
@@ -111,7 +124,9 @@ def test_memory_is_reported_and_cleared(gpu: GpuThread, qwen: MlxQwenEngine) -> 
     assert memory["cache"] == 0 and memory["peak"] > 0  # type: ignore[index]
 
 
-def test_voxcpm_on_mlx_streams_per_generation(gpu: GpuThread, tiny_mlx_models: dict[str, Path], registry: VoiceRegistry) -> None:
+def test_voxcpm_on_mlx_streams_per_generation(
+    gpu: GpuThread, tiny_mlx_models: dict[str, Path], registry: VoiceRegistry
+) -> None:
     engine = MlxVoxCPMEngine(
         model=str(tiny_mlx_models["voxcpm"]), cache_mb=64, max_voices=4, max_ref_seconds=2.0, max_len=8, caps=CAPS
     )
@@ -119,8 +134,11 @@ def test_voxcpm_on_mlx_streams_per_generation(gpu: GpuThread, tiny_mlx_models: d
     try:
         assert engine.sample_rate == 48_000
         options = SynthesisOptions(resolve_language("en"), FAMILIES[engine.name].param_defaults())
-        for fields in ({}, {"ref_text": "", "x_vector_only_mode": True},
-                       {"seed_audio": wav_clip(1.0, 555), "seed_text": "calm"}):  # fmt: skip
+        for fields in (
+            {},
+            {"ref_text": "", "x_vector_only_mode": True},
+            {"seed_audio": wav_clip(1.0, 555), "seed_text": "calm"},
+        ):
             voice = register(registry, "voxcpm", audio=wav_clip(1.5, 200 + len(fields)), **fields)
             prepared = on(gpu, engine.prepare_voice, voice)
             assert prepared.reference.dtype == np.float32 and len(prepared.reference) == 72_000  # 1.5 s at 48 kHz
@@ -132,9 +150,14 @@ def test_voxcpm_on_mlx_streams_per_generation(gpu: GpuThread, tiny_mlx_models: d
 
 def test_kokoro_on_mlx_keeps_packs_and_blends(gpu: GpuThread, tiny_mlx_models: dict[str, Path]) -> None:
     engine = KokoroEngine(
-        backend="auto", runtime="mlx", onnx_dir=Path("unused"), torch_model="", mlx_model=str(tiny_mlx_models["kokoro"]),
-        mlx_cache_mb=64, caps=EngineCaps(60, 220),
-    )  # fmt: skip
+        backend="auto",
+        runtime="mlx",
+        onnx_dir=Path("unused"),
+        torch_model="",
+        mlx_model=str(tiny_mlx_models["kokoro"]),
+        mlx_cache_mb=64,
+        caps=EngineCaps(60, 220),
+    )
     assert engine.describe()["backend"] == "mlx"
     on(gpu, engine.load)
     try:

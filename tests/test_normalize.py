@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from normalize import normalize_english
+from text.normalize import normalize_english
 
 CASES = [
     # cardinals, decimals, negatives

@@ -18,10 +18,11 @@ import pytest
 from openai._streaming import SSEDecoder
 from pydantic import ValidationError
 
-from audio import AUDIO_FORMATS
+from audio.encoding import AUDIO_FORMATS
 from engines.base import BuiltinVoice
 from errors import Busy, ClientDisconnected, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
-from openai_protocol import (
+from voicebank.voice_entry import VoiceEntry
+from web.openai_protocol import (
     DEFAULT_VOICES,
     SPEECH_MODELS,
     SSE_MEDIA_TYPE,
@@ -38,7 +39,6 @@ from openai_protocol import (
     voice_table,
     voices_list,
 )
-from voice_entry import VoiceEntry
 
 ENGINES = ("kokoro", "voxcpm", "qwen")
 
@@ -116,12 +116,22 @@ def test_every_response_format_is_accepted(fmt: str) -> None:
 
 
 def test_null_optional_fields_take_their_defaults() -> None:
-    body = {"model": "tts-1", "input": "x", "voice": "nova", "speed": None, "response_format": None,
-            "instructions": None, "stream_format": None}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": "x",
+        "voice": "nova",
+        "speed": None,
+        "response_format": None,
+        "instructions": None,
+        "stream_format": None,
+    }
     request = SpeechRequest.model_validate(body)
     assert (request.speed, request.response_format, request.stream_format, request.instructions) == (
-        1.0, "mp3", "audio", None,
-    )  # fmt: skip
+        1.0,
+        "mp3",
+        "audio",
+        None,
+    )
 
 
 def openai_error_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -269,17 +279,29 @@ def test_the_models_list_is_what_the_client_parses() -> None:
 def test_the_voices_list_names_every_usable_voice(tmp_path: Path) -> None:
     builtins = [BuiltinVoice("af_heart", "en-us", "kokoro"), BuiltinVoice("jf_alpha", "ja", "kokoro")]
     registered = VoiceEntry(
-        voice_id="3f2a9c0d1e2b4a5c", engine="voxcpm", ref_text="hello", x_vector_only_mode=False, seed_text=None,
-        has_seed_audio=False, created_at=1_700_000_000.7, duration_s=3.0, sample_rate=16_000, folder=tmp_path,
+        voice_id="3f2a9c0d1e2b4a5c",
+        engine="voxcpm",
+        ref_text="hello",
+        x_vector_only_mode=False,
+        seed_text=None,
+        has_seed_audio=False,
+        created_at=1_700_000_000.7,
+        duration_s=3.0,
+        sample_rate=16_000,
+        folder=tmp_path,
         language="en",
-    )  # fmt: skip
+    )
     listing = voices_list(builtins, [registered], voice_table({"narrator": "3f2a9c0d1e2b4a5c", "coral": "af_heart"}))
     by_id = {entry["id"]: entry for entry in listing["data"]}
     assert listing["object"] == "list" and listing["voices"] == listing["data"]
     assert by_id["jf_alpha"] == {
-        "id": "jf_alpha", "name": "jf_alpha", "object": "audio.voice", "kind": "builtin", "engine": "kokoro",
+        "id": "jf_alpha",
+        "name": "jf_alpha",
+        "object": "audio.voice",
+        "kind": "builtin",
+        "engine": "kokoro",
         "language": "ja",
-    }  # fmt: skip
+    }
     assert by_id["3f2a9c0d1e2b4a5c"]["kind"] == "registered"
     assert (by_id["3f2a9c0d1e2b4a5c"]["engine"], by_id["3f2a9c0d1e2b4a5c"]["created_at"]) == ("voxcpm", 1_700_000_000)
     assert (by_id["coral"]["maps_to"], by_id["coral"]["engine"], by_id["coral"]["language"]) == (
@@ -333,8 +355,12 @@ async def test_a_failure_mid_stream_ends_it_with_an_error_event_the_client_raise
         "error": {"message": failure.message, "type": "server_error", "param": None, "code": "engine_failed"}
     }
     # The `openai` package's SSE reader turns that event into an APIError carrying our code.
-    response = httpx2.Response(200, content=stream, headers={"content-type": SSE_MEDIA_TYPE},
-                               request=httpx2.Request("POST", "http://polytts.test/v1/audio/speech"))  # fmt: skip
+    response = httpx2.Response(
+        200,
+        content=stream,
+        headers={"content-type": SSE_MEDIA_TYPE},
+        request=httpx2.Request("POST", "http://polytts.test/v1/audio/speech"),
+    )
     client = client_answering(lambda request: response)
     with pytest.raises(openai.APIError) as caught:
         list(openai.Stream(cast_to=object, response=response, client=client))

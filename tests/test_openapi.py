@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-
 from conftest import ROOT, ServerProcess
-from protocol import LiveOptions
-from registry import Registration
+
+from voicebank.registry import Registration
+from web.protocol import LiveOptions
 
 MAX_TEXT_CHARS = 40
 """The test server's POLYTTS_MAX_TEXT_CHARS: the schema's text limit, and a bound on what Schemathesis makes it say."""
@@ -127,8 +127,17 @@ def test_post_voices_documents_its_form(schema: dict[str, Any]) -> None:
     # Every part the registration reads; the file name and the expected id come from elsewhere (a part's header, a
     # bundle).
     assert set(body["properties"]) == registered - {"voice_pack_filename", "expected_id"}
-    assert set(body["properties"]) >= {"audio", "voice_pack", "engine", "ref_text", "x_vector_only_mode", "seed_audio",
-                                       "seed_text", "replace", "language"}  # fmt: skip
+    assert set(body["properties"]) >= {
+        "audio",
+        "voice_pack",
+        "engine",
+        "ref_text",
+        "x_vector_only_mode",
+        "seed_audio",
+        "seed_text",
+        "replace",
+        "language",
+    }
     for name in ("audio", "voice_pack", "seed_audio"):
         assert body["properties"][name] == {**body["properties"][name], "type": "string", "format": "binary"}
     assert body["required"] == ["engine"]
@@ -162,8 +171,12 @@ def test_answers_are_the_documented_ones(server: ServerProcess, schema: dict[str
         check("POST", "/tts", 413, json={"text": "a" * (MAX_TEXT_CHARS + 1)})
         check("POST", "/tts/stream", 404, json={"text": "Hello.", "voice_id": "nobody"})
         check("POST", "/tts", 400, content=b'{"text": "\xff"}', headers={"content-type": "application/json"})
-        check("POST", "/v1/audio/speech", 200,
-              json={"model": "tts-1", "input": "Hi.", "voice": "alloy", "stream_format": "sse"})  # fmt: skip
+        check(
+            "POST",
+            "/v1/audio/speech",
+            200,
+            json={"model": "tts-1", "input": "Hi.", "voice": "alloy", "stream_format": "sse"},
+        )
         check("POST", "/v1/audio/speech", 404, json={"model": "nope", "input": "Hi.", "voice": "alloy"})
         check("POST", "/v1/audio/speech", 422, json={"model": "tts-1", "input": "Hi.", "voice": " "})
         check("POST", "/voices", 415, content=b"{}", headers={"content-type": "application/json"})
@@ -233,10 +246,21 @@ def test_schemathesis_finds_no_server_error_and_no_answer_the_schema_does_not_al
     """The checks and their settings are in tests/schemathesis.toml; the report lands in the test's folder."""
     report = tmp_path / "schemathesis.json"
     command = [
-        str(Path(sys.executable).with_name("schemathesis")), "--config-file", "tests/schemathesis.toml", "--no-color",
-        "run", f"{server.url}/openapi.json", "--max-examples", str(SCHEMATHESIS_EXAMPLES),
-        "--seed", str(SCHEMATHESIS_SEED), "--report", "json", "--report-json-path", str(report),
-    ]  # fmt: skip
+        str(Path(sys.executable).with_name("schemathesis")),
+        "--config-file",
+        "tests/schemathesis.toml",
+        "--no-color",
+        "run",
+        f"{server.url}/openapi.json",
+        "--max-examples",
+        str(SCHEMATHESIS_EXAMPLES),
+        "--seed",
+        str(SCHEMATHESIS_SEED),
+        "--report",
+        "json",
+        "--report-json-path",
+        str(report),
+    ]
     env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path / "hypothesis")}  # not in the checkout
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     summary = json.loads(report.read_text())

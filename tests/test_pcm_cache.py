@@ -198,13 +198,17 @@ DAMAGE = {
     "one flipped bit of audio": _flip_last_byte,
     "bad magic": lambda p: p.write_bytes(b"X" + p.read_bytes()[1:]),
     "old format (bare PCM)": lambda p: p.write_bytes(PCM),
-    "header says less": lambda p: p.write_bytes(p.read_bytes()[:8] + (len(PCM) - 2).to_bytes(8, "little") + p.read_bytes()[16:]),
+    "header says less": lambda p: p.write_bytes(
+        p.read_bytes()[:8] + (len(PCM) - 2).to_bytes(8, "little") + p.read_bytes()[16:]
+    ),
     "a folder": lambda p: (p.unlink(), p.mkdir()),
 }
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE.values()), ids=list(DAMAGE))
-def test_a_damaged_entry_is_a_miss_and_is_removed(tmp_path: Path, damage: object, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_entry_is_a_miss_and_is_removed(
+    tmp_path: Path, damage: object, caplog: pytest.LogCaptureFixture
+) -> None:
     cache = PcmCache(tmp_path, 100_000)
     cache.put(k("a"), PCM)
     cache.put(k("b"), PCM[:100])
@@ -242,7 +246,9 @@ def test_damaged_entries_are_checked_again_after_a_restart(tmp_path: Path, damag
     assert second.stats()["entries"] == 1 and second.stats()["bytes"] == H + 100
 
 
-def test_old_format_entries_are_removed_at_start_with_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_old_format_entries_are_removed_at_start_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     for name in "abcde":
         (tmp_path / f"{k(name)}.pcm").write_bytes(PCM)  # what the landed version wrote: bare PCM
     with caplog.at_level(logging.INFO, logger="polytts.cache"):

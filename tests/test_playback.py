@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from playback import HORIZON_S, EngineSpeed, Playback, StreamDemand, admission, simulate
+from gpu.playback import HORIZON_S, EngineSpeed, Playback, StreamDemand, admission, simulate
 
 # --------------------------------------------------------------------------------------------------------------------
 # Playback

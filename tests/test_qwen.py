@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import wav_clip
 from safetensors.torch import load_file
 from test_mlx import on, register
 
-from conftest import wav_clip
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
-from engines.mlx_qwen import MlxQwenEngine
-from engines.qwen import SPEC as QWEN
-from engines.qwen import QwenEngine
-from engines.qwen_import import CODEC_ENCODER_RENAMES
+from engines.qwen.engine import SPEC as QWEN
+from engines.qwen.engine import QwenEngine
+from engines.qwen.mlx_backend import MlxQwenEngine
+from engines.qwen.upstream import CODEC_ENCODER_RENAMES
 from errors import InvalidInput
-from registry import VoiceRegistry, compute_voice_id
-from scheduler import GpuThread
-from text import resolve_language
+from gpu.scheduler import GpuThread
+from text.languages import resolve_language
+from voicebank.registry import VoiceRegistry, compute_voice_id
 
 FRAME = 1920  # samples per 12.5 Hz frame at 24 kHz
 MAX_TOKENS = 12  # generation steps: 11 frames (the first step only prefills; the random model never stops)
@@ -35,9 +35,14 @@ PIECES = [3, 3, 3, 2]
 
 def qwen_engine(model: str | Path, **overrides: object) -> QwenEngine:
     options: dict[str, object] = {
-        "model": str(model), "runtime": "cpu", "max_voices": 2, "max_ref_seconds": 2.0, "max_tokens": MAX_TOKENS,
-        "stream_interval": 0.25, "caps": EngineCaps(0, 300, 0, interleavable=False),
-    }  # fmt: skip
+        "model": str(model),
+        "runtime": "cpu",
+        "max_voices": 2,
+        "max_ref_seconds": 2.0,
+        "max_tokens": MAX_TOKENS,
+        "stream_interval": 0.25,
+        "caps": EngineCaps(0, 300, 0, interleavable=False),
+    }
     return QwenEngine(**{**options, **overrides})  # type: ignore[arg-type]
 
 
@@ -135,14 +140,30 @@ def test_streamed_audio_is_the_packages_own_generation(engine: QwenEngine, regis
 
 def test_sampling_parameters_and_languages(engine: QwenEngine, registry: VoiceRegistry) -> None:
     assert set(QWEN.params.model_fields) == {
-        "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_temperature", "subtalker_top_k",
-        "subtalker_top_p", "max_new_tokens", "non_streaming_mode",
-    }  # fmt: skip
+        "temperature",
+        "top_k",
+        "top_p",
+        "repetition_penalty",
+        "subtalker_temperature",
+        "subtalker_top_k",
+        "subtalker_top_p",
+        "max_new_tokens",
+        "non_streaming_mode",
+    }
     prepared = engine.prepare_voice(register(registry, "qwen", audio=wav_clip(1.0, 220)))
     chosen = options(
-        engine, "zh", temperature=0.5, top_k=5, top_p=0.8, repetition_penalty=1.2, subtalker_temperature=0.3,
-        subtalker_top_k=3, subtalker_top_p=0.7, max_new_tokens=5, non_streaming_mode=True,
-    )  # fmt: skip
+        engine,
+        "zh",
+        temperature=0.5,
+        top_k=5,
+        top_p=0.8,
+        repetition_penalty=1.2,
+        subtalker_temperature=0.3,
+        subtalker_top_k=3,
+        subtalker_top_p=0.7,
+        max_new_tokens=5,
+        non_streaming_mode=True,
+    )
     engine.check_params(chosen.params)
     assert [len(p) for p in engine.stream("你好，世界。", prepared, chosen)] == [3 * FRAME, 1 * FRAME]
     with pytest.raises(InvalidInput) as err:
@@ -223,10 +244,12 @@ def test_offline_hub_id_fails_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.parametrize(
     ("change", "reason"),
-    [({"tts_model_type": "custom_voice"}, "needs a Base one"),
-     ({"tokenizer_type": "qwen3_tts_tokenizer_25hz"}, "12 Hz"),
-     ({"model_type": "voxcpm2"}, "not a Qwen3-TTS checkpoint")],
-)  # fmt: skip
+    [
+        ({"tts_model_type": "custom_voice"}, "needs a Base one"),
+        ({"tokenizer_type": "qwen3_tts_tokenizer_25hz"}, "12 Hz"),
+        ({"model_type": "voxcpm2"}, "not a Qwen3-TTS checkpoint"),
+    ],
+)
 def test_checkpoints_that_cannot_clone_are_refused(
     tiny_qwen_torch: Path, tmp_path: Path, change: dict[str, str], reason: str
 ) -> None:
@@ -248,14 +271,26 @@ def test_one_voice_folder_serves_on_pytorch_and_on_mlx(
     voice = register(registry, "qwen", audio=clip)
     assert voice.voice_id == compute_voice_id(clip, "qwen")
     mlx = MlxQwenEngine(
-        model=str(build_tiny_qwen3_tts(tmp_path / "mlx-qwen")), cache_mb=64, max_voices=2, max_ref_seconds=2.0,
-        max_tokens=4, stream_interval=0.25, caps=EngineCaps(0, 300, 0, interleavable=False),
-    )  # fmt: skip
+        model=str(build_tiny_qwen3_tts(tmp_path / "mlx-qwen")),
+        cache_mb=64,
+        max_voices=2,
+        max_ref_seconds=2.0,
+        max_tokens=4,
+        stream_interval=0.25,
+        caps=EngineCaps(0, 300, 0, interleavable=False),
+    )
     gpu = GpuThread()
     gpu.start()
     try:
         on(gpu, mlx.load)
-        on(gpu, lambda: list(mlx.stream("Hi.", mlx.prepare_voice(voice), SynthesisOptions(resolve_language("en"), QWEN.param_defaults()))))
+        on(
+            gpu,
+            lambda: list(
+                mlx.stream(
+                    "Hi.", mlx.prepare_voice(voice), SynthesisOptions(resolve_language("en"), QWEN.param_defaults())
+                )
+            ),
+        )
         on(gpu, mlx.unload)
     finally:
         gpu.stop()

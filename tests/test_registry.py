@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import registry
 from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
-from registry import Registration, VoiceRegistry, check_voice_id, compute_voice_id
-from voice_entry import VoiceEntry
+from voicebank import registry
+from voicebank.registry import Registration, VoiceRegistry, check_voice_id, compute_voice_id
+from voicebank.voice_entry import VoiceEntry
 
 SR = 16_000
 
@@ -137,9 +137,18 @@ def test_register_with_seed(reg: VoiceRegistry) -> None:
     assert entry.seed_path is not None and entry.seed_path.read_bytes() == seed
     public = entry.public()
     assert set(public) == {
-        "voice_id", "engine", "ref_text", "x_vector_only_mode", "seed_text",
-        "has_seed_audio", "created_at", "duration_s", "sample_rate", "kind", "language",
-    }  # fmt: skip
+        "voice_id",
+        "engine",
+        "ref_text",
+        "x_vector_only_mode",
+        "seed_text",
+        "has_seed_audio",
+        "created_at",
+        "duration_s",
+        "sample_rate",
+        "kind",
+        "language",
+    }
     json.dumps(public)
 
 
@@ -190,9 +199,7 @@ def test_different_ref_text_conflicts_and_changes_nothing(reg: VoiceRegistry, ro
 def test_replace_updates_ref_text(reg: VoiceRegistry, root: Path) -> None:
     first, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
     (first.folder / "prompts").mkdir()  # a per-voice cache made from the old transcript goes with it
-    entry, created = reg.register(
-        Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True)
-    )
+    entry, created = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True))
     assert created and entry.voice_id == first.voice_id
     assert reg.get(first.voice_id).ref_text == "goodbye"
     assert sorted(os.listdir(root)) == [first.voice_id]
@@ -474,7 +481,7 @@ def _pack_bytes(pack: np.ndarray, suffix: str) -> bytes:
 
 
 def test_register_a_voice_pack(reg: VoiceRegistry, root: Path) -> None:
-    from engines.voicepacks import pack_id
+    from engines.kokoro.voicepacks import pack_id
 
     pack = np.random.default_rng(1).standard_normal((510, 1, 256)).astype(np.float32)
     entry, created = reg.register(
@@ -495,20 +502,27 @@ def test_register_a_voice_pack(reg: VoiceRegistry, root: Path) -> None:
 @pytest.mark.parametrize(
     ("registration", "code"),
     [
-        (Registration(audio=b"", engine="voxcpm", voice_pack=b"x", voice_pack_filename="v.npy"), "engine_takes_no_pack"),
+        (
+            Registration(audio=b"", engine="voxcpm", voice_pack=b"x", voice_pack_filename="v.npy"),
+            "engine_takes_no_pack",
+        ),
         (Registration(audio=b"", engine="nope", voice_pack=b"x", voice_pack_filename="v.npy"), "unknown_engine"),
         (Registration(audio=b"RIFF", engine="kokoro", voice_pack=b"x", voice_pack_filename="v.npy"), "audio_and_pack"),
         (
             Registration(
-                audio=b"", engine="kokoro", voice_pack=_pack_bytes(np.zeros((510, 256), np.float32), ".npy"),
+                audio=b"",
+                engine="kokoro",
+                voice_pack=_pack_bytes(np.zeros((510, 256), np.float32), ".npy"),
                 voice_pack_filename="v.npy",
             ),
             "pack_shape",
         ),
         (Registration(audio=b"", engine="kokoro", voice_pack=b"junk", voice_pack_filename="v.wav"), "pack_format"),
     ],
-)  # fmt: skip
-def test_voice_pack_refusals_leave_nothing(reg: VoiceRegistry, root: Path, registration: Registration, code: str) -> None:
+)
+def test_voice_pack_refusals_leave_nothing(
+    reg: VoiceRegistry, root: Path, registration: Registration, code: str
+) -> None:
     with pytest.raises(InvalidInput) as err:
         reg.register(registration)
     assert err.value.code == code
@@ -517,7 +531,9 @@ def test_voice_pack_refusals_leave_nothing(reg: VoiceRegistry, root: Path, regis
 
 def test_a_seed_clip_needs_its_text(reg: VoiceRegistry, root: Path) -> None:
     with pytest.raises(InvalidInput) as err:
-        reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hi", seed_audio=make_audio(1.0, tweak=5)))
+        reg.register(
+            Registration(audio=make_audio(), engine="voxcpm", ref_text="hi", seed_audio=make_audio(1.0, tweak=5))
+        )
     assert err.value.code == "seed_text_required"
     assert os.listdir(root) == []
 
@@ -663,9 +679,7 @@ DAMAGED_PACKS: list[tuple[str, Any, bytes]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("meta", "pack_file"), [c[1:] for c in DAMAGED_PACKS], ids=[c[0] for c in DAMAGED_PACKS]
-)
+@pytest.mark.parametrize(("meta", "pack_file"), [c[1:] for c in DAMAGED_PACKS], ids=[c[0] for c in DAMAGED_PACKS])
 def test_a_damaged_pack_skips_that_voice_only(
     root: Path, caplog: pytest.LogCaptureFixture, meta: Any, pack_file: bytes
 ) -> None:
@@ -815,7 +829,10 @@ def test_racing_registrations_with_different_transcripts(root: Path) -> None:
     audio = make_audio()
     results = _race(
         root,
-        [Registration(audio=audio, engine="voxcpm", ref_text="one"), Registration(audio=audio, engine="voxcpm", ref_text="two")],
+        [
+            Registration(audio=audio, engine="voxcpm", ref_text="one"),
+            Registration(audio=audio, engine="voxcpm", ref_text="two"),
+        ],
     )
     created = [r for r in results if r[1] is True]
     refused = [r[1] for r in results if isinstance(r[1], ServiceError)]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import residency
+from gpu import residency
 
 
 class FakeClock:
@@ -380,7 +380,7 @@ def test_duplicate_unit_names_are_rejected(calls: Calls) -> None:
 
 def test_free_cuda_does_not_import_torch() -> None:
     # A fresh interpreter: other tests in this process import torch on purpose.
-    check = "import sys, residency; residency.free_cuda(); sys.exit('torch' in sys.modules)"
+    check = "import sys; from gpu import residency; residency.free_cuda(); sys.exit('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0
 

@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-
 from conftest import ROOT, free_port
 
 T = TypeVar("T")
@@ -115,8 +114,14 @@ class RunSh:
     def start(self) -> RunSh:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                ["./run.sh"], cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, preexec_fn=_default_sigint,
+                ["./run.sh"],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=_default_sigint,
             )
         return self
 
@@ -188,8 +193,12 @@ def _server(tmp: Path, port: int, **env: str) -> tuple[subprocess.Popen[bytes], 
     err = tmp / f"server-{port}.err"
     with open(err, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "server.py"], cwd=ROOT, env=_env(tmp, port, **env),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            [sys.executable, "server.py"],
+            cwd=ROOT,
+            env=_env(tmp, port, **env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
         )
     return proc, err
 

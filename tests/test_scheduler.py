@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from errors import Busy
-from playback import EngineSpeed
-from scheduler import OTHER_KEYS, FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
+from gpu.playback import EngineSpeed
+from gpu.scheduler import OTHER_KEYS, FairnessPolicy, FairQueue, GpuThread, Job, JobCancelled, Scheduler
 
 WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
 
@@ -76,8 +76,15 @@ def roomy(**overrides: object) -> FairnessPolicy:
     return FairnessPolicy(**values)  # type: ignore[arg-type]
 
 
-def run_shares(queue: FairQueue, clock: Clock, loop: asyncio.AbstractEventLoop, keys: Iterable[str], steps: int,
-               steps_per_job: int = 5, resident: Iterable[str] = ("kokoro",)) -> collections.Counter[str]:
+def run_shares(
+    queue: FairQueue,
+    clock: Clock,
+    loop: asyncio.AbstractEventLoop,
+    keys: Iterable[str],
+    steps: int,
+    steps_per_job: int = 5,
+    resident: Iterable[str] = ("kokoro",),
+) -> collections.Counter[str]:
     """pick -> 1 fake second -> charge, removing each job after `steps_per_job` steps; returns steps per key."""
     for key in keys:
         for _ in range(steps):  # more than enough work for every key
@@ -473,9 +480,7 @@ async def next_piece(pieces: object) -> np.ndarray:
 
 
 def make_job(key: str, steps: object, chars: int = 10, deadline: float | None = None) -> Job:
-    return Job(
-        engine="kokoro", chars=chars, steps=steps, loop=asyncio.get_running_loop(), key=key, deadline=deadline
-    )  # type: ignore[arg-type]
+    return Job(engine="kokoro", chars=chars, steps=steps, loop=asyncio.get_running_loop(), key=key, deadline=deadline)  # type: ignore[arg-type]
 
 
 async def test_gpu_run_returns_results_and_errors_on_the_gpu_thread(gpu: GpuThread) -> None:
@@ -849,9 +854,16 @@ def stream_job(
 ) -> Job:
     chunks = tuple(units)
     return Job(
-        engine="kokoro", chars=sum(chunks), steps=fake_steps, loop=loop, key=key, streaming=True, sample_rate=RATE,
-        unit_chars=chunks, client=client,
-    )  # fmt: skip
+        engine="kokoro",
+        chars=sum(chunks),
+        steps=fake_steps,
+        loop=loop,
+        key=key,
+        streaming=True,
+        sample_rate=RATE,
+        unit_chars=chunks,
+        client=client,
+    )
 
 
 def measured(queue: FairQueue, engine: str = "kokoro") -> FairQueue:
@@ -1150,8 +1162,15 @@ async def test_a_stream_that_runs_dry_records_its_underrun_on_the_job_and_the_en
         assert second.wait(WAIT)
         yield [np.zeros(int(piece_s * RATE), dtype=np.float32)]
 
-    job = Job(engine="kokoro", chars=20, steps=steps, loop=asyncio.get_running_loop(), streaming=True,
-              sample_rate=RATE, unit_chars=(10, 10))  # fmt: skip
+    job = Job(
+        engine="kokoro",
+        chars=20,
+        steps=steps,
+        loop=asyncio.get_running_loop(),
+        streaming=True,
+        sample_rate=RATE,
+        unit_chars=(10, 10),
+    )
     scheduler.submit(job)
     pieces = job.pieces()
     await next_piece(pieces)
@@ -1177,8 +1196,9 @@ async def test_whole_file_jobs_have_no_playback_clock(gpu: GpuThread) -> None:
     def steps() -> Iterator[list[np.ndarray]]:
         yield [np.zeros(RATE, dtype=np.float32)]
 
-    job = Job(engine="kokoro", chars=10, steps=steps, loop=asyncio.get_running_loop(), sample_rate=RATE,
-              unit_chars=(10,))  # fmt: skip
+    job = Job(
+        engine="kokoro", chars=10, steps=steps, loop=asyncio.get_running_loop(), sample_rate=RATE, unit_chars=(10,)
+    )
     assert len(await collect(scheduler.submit(job))) == 1
     assert job.playback.delivered_s == 0 and job.underrun_s == 0
     assert scheduler.stats()["streams"]["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(0.1)

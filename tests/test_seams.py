@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seams import FADE_SECONDS, MARGIN_SECONDS, PAUSE_SECONDS, SILENCE_THRESHOLD, ChunkJoiner
-from text import Pause
+from audio.seams import FADE_SECONDS, MARGIN_SECONDS, PAUSE_SECONDS, SILENCE_THRESHOLD, ChunkJoiner
+from text.chunking import Pause
 
 RATE = 24_000
 MARGIN = round(MARGIN_SECONDS * RATE)
@@ -148,10 +148,11 @@ def test_input_arrays_are_not_modified() -> None:
 
 def test_real_kokoro_chunks_join_like_one_utterance(assembled_model: Path) -> None:
     from engines.g2p import G2P
-    from engines.kokoro_onnx import OnnxBackend
-    from engines.stock_voices import StockVoices
-    from normalize import normalize_english
-    from text import chunk_text, resolve_language
+    from engines.kokoro.onnx_backend import OnnxBackend
+    from engines.kokoro.stock_voices import StockVoices
+    from text.chunking import chunk_text
+    from text.languages import resolve_language
+    from text.normalize import normalize_english
 
     backend = OnnxBackend(assembled_model, threads=2)
     backend.load()

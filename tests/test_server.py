@@ -14,7 +14,6 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import ServerProcess, wav_clip
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -27,7 +26,10 @@ LONG_TEXT = " ".join(f"This is sentence number {i} of a long audiobook chapter t
 
 def clone_form(audio: bytes, ref_text: str = "a reference transcript", **fields: str) -> dict:
     """A registration for `qwen`, a cloning engine this node does not serve (voices are portable)."""
-    return {"files": {"audio": ("ref.wav", audio, "audio/wav")}, "data": {"engine": "qwen", "ref_text": ref_text, **fields}}
+    return {
+        "files": {"audio": ("ref.wav", audio, "audio/wav")},
+        "data": {"engine": "qwen", "ref_text": ref_text, **fields},
+    }
 
 
 def decode_wav(body: bytes) -> tuple[np.ndarray, int]:
@@ -91,12 +93,24 @@ def test_voice_id_vectors_over_http(client: httpx.Client) -> None:
 @pytest.mark.parametrize(
     ("form", "status", "code"),
     [
-        ({"files": {"seed_audio": ("s.wav", wav_clip())}, "data": {"engine": "voxcpm", "ref_text": "x"}}, 422, "audio_required"),
+        (
+            {"files": {"seed_audio": ("s.wav", wav_clip())}, "data": {"engine": "voxcpm", "ref_text": "x"}},
+            422,
+            "audio_required",
+        ),
         ({"files": {"audio": ("a.wav", wav_clip())}, "data": {"ref_text": "x"}}, 422, "engine_required"),
-        ({"files": {"audio": ("a.wav", wav_clip())}, "data": {"engine": "nope", "ref_text": "x"}}, 422, "unknown_engine"),
+        (
+            {"files": {"audio": ("a.wav", wav_clip())}, "data": {"engine": "nope", "ref_text": "x"}},
+            422,
+            "unknown_engine",
+        ),
         ({"files": {"audio": ("a.wav", wav_clip())}, "data": {"engine": "kokoro"}}, 422, "engine_cannot_clone"),
         ({"files": {"audio": ("a.wav", b"")}, "data": {"engine": "voxcpm", "ref_text": "x"}}, 422, "invalid_audio"),
-        ({"files": {"audio": ("a.wav", wav_clip(0.1))}, "data": {"engine": "voxcpm", "ref_text": "x"}}, 422, "audio_duration"),
+        (
+            {"files": {"audio": ("a.wav", wav_clip(0.1))}, "data": {"engine": "voxcpm", "ref_text": "x"}},
+            422,
+            "audio_duration",
+        ),
         ({"files": {"audio": ("a.wav", wav_clip())}, "data": {"engine": "voxcpm"}}, 422, "ref_text_required"),
         (
             {"files": {"audio": ("a.wav", wav_clip())}, "data": {"engine": "voxcpm", "x_vector_only_mode": "maybe"}},
@@ -161,8 +175,8 @@ def test_upload_refused_while_streaming_in(server: ServerProcess) -> None:
     """An oversized clip is refused with 413 before the client has finished sending it."""
     boundary = "polyttsboundary"
     head = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"engine\"\r\n\r\nvoxcpm\r\n"
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"big.wav\"\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="engine"\r\n\r\nvoxcpm\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="big.wav"\r\n'
         "Content-Type: audio/wav\r\n\r\n"
     ).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
@@ -279,8 +293,9 @@ def test_client_errors_are_decided_before_the_first_byte(
     ],
     ids=["surrogate", "zero-width", "not-json", "tiny-cap"],
 )
-def test_hostile_bodies_get_clear_client_errors(client: httpx.Client, content: bytes, status: int, code: str,
-                                                 says: str) -> None:  # fmt: skip
+def test_hostile_bodies_get_clear_client_errors(
+    client: httpx.Client, content: bytes, status: int, code: str, says: str
+) -> None:
     response = client.post("/tts", content=content, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text
     assert response.json()["code"] == code and says in response.json()["message"]
@@ -490,7 +505,9 @@ def test_tts_with_timestamps_returns_audio_and_every_word(client: httpx.Client) 
     assert [w["start"] for w in words] == sorted(w["start"] for w in words)
 
 
-@pytest.mark.parametrize(("fmt", "media", "first_line"), [("vtt", "text/vtt", "WEBVTT"), ("srt", "application/x-subrip", "1")])
+@pytest.mark.parametrize(
+    ("fmt", "media", "first_line"), [("vtt", "text/vtt", "WEBVTT"), ("srt", "application/x-subrip", "1")]
+)
 def test_tts_captions(client: httpx.Client, fmt: str, media: str, first_line: str) -> None:
     answer = client.post("/tts", json={"text": "Captions follow the words. They come in cues.", "format": fmt})
     assert answer.status_code == 200 and answer.headers["content-type"].startswith(media)
@@ -500,7 +517,10 @@ def test_tts_captions(client: httpx.Client, fmt: str, media: str, first_line: st
 def test_timestamps_where_no_engine_can_time_words(client: httpx.Client) -> None:
     refused = client.post("/tts/stream", json={"text": "hi", "timestamps": True})
     assert refused.status_code == 422 and refused.json()["code"] == "timestamps_unsupported"
-    voice = client.post("/voices", files={"audio": ("r.wav", wav_clip(1.3, 410), "audio/wav")},
-                        data={"engine": "voxcpm", "ref_text": "a reference"}).json()["voice_id"]  # fmt: skip
+    voice = client.post(
+        "/voices",
+        files={"audio": ("r.wav", wav_clip(1.3, 410), "audio/wav")},
+        data={"engine": "voxcpm", "ref_text": "a reference"},
+    ).json()["voice_id"]
     answer = client.post("/tts", json={"text": "hi", "voice_id": voice, "timestamps": True})
     assert answer.status_code == 422 and answer.json()["code"] == "timestamps_unsupported"

@@ -12,17 +12,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import ServerProcess
 
 LONG = " ".join(f"Paragraph {i} of a long chapter keeps the engine busy for a while." for i in range(12))
 SHORT = "Quick answer."
 
 
-def read_stream(url: str, body: dict, headers: dict, arrivals: list[tuple[float, int]], started: threading.Event) -> None:
-    with httpx.Client(base_url=url, timeout=120) as client, client.stream(
-        "POST", "/tts/stream", json=body, headers=headers
-    ) as response:
+def read_stream(
+    url: str, body: dict, headers: dict, arrivals: list[tuple[float, int]], started: threading.Event
+) -> None:
+    with (
+        httpx.Client(base_url=url, timeout=120) as client,
+        client.stream("POST", "/tts/stream", json=body, headers=headers) as response,
+    ):
         assert response.status_code == 200
         for chunk in response.iter_raw():
             arrivals.append((time.perf_counter(), len(chunk)))
@@ -30,7 +32,9 @@ def read_stream(url: str, body: dict, headers: dict, arrivals: list[tuple[float,
 
 
 def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path: Path, assembled_model: Path) -> None:
-    server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0").start()
+    server = ServerProcess(
+        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0"
+    ).start()
     try:
         with server.client() as client:
             long_body = {"text": LONG, "language": "en", "max_chars_per_gen": 140}
@@ -42,8 +46,9 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
             reader.start()
             assert started.wait(60)
             submitted = time.perf_counter()
-            with client.stream("POST", "/tts/stream", json={"text": SHORT, "language": "en"},
-                               headers={"X-Fairness-Key": "interactive"}) as short:  # fmt: skip
+            with client.stream(
+                "POST", "/tts/stream", json={"text": SHORT, "language": "en"}, headers={"X-Fairness-Key": "interactive"}
+            ) as short:
                 assert short.status_code == 200
                 pieces = short.iter_raw()
                 next(pieces)
@@ -66,9 +71,14 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
 def test_per_key_and_per_engine_limits(tmp_path: Path, assembled_model: Path) -> None:
     # Two long streams at once: the real-time capacity bound (tested below) stays out of the way of these two.
     server = ServerProcess(
-        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_PENDING_PER_KEY="1", POLYTTS_MAX_PENDING_PER_ENGINE="2",
-        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0", POLYTTS_STREAM_ADMISSION="false",
-    ).start()  # fmt: skip
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_MAX_PENDING_PER_KEY="1",
+        POLYTTS_MAX_PENDING_PER_ENGINE="2",
+        POLYTTS_PCM_CACHE_BYTES="0",
+        POLYTTS_WAV_CACHE_BYTES="0",
+        POLYTTS_STREAM_ADMISSION="false",
+    ).start()
     try:
         with server.client() as a, server.client() as b, server.client() as c:
             body = {"text": LONG, "language": "en"}
@@ -99,7 +109,15 @@ def test_timings_and_metrics(server: ServerProcess) -> None:
     with server.client() as client:
         response = client.post("/tts", json={"text": "Timed request.", "language": "en"})
         timing = response.headers["server-timing"]
-        for part in ("queue;dur=", "ttfa;dur=", "synth;dur=", "total;dur=", 'chars;desc="14"', "audio;desc=", "rtf;desc="):
+        for part in (
+            "queue;dur=",
+            "ttfa;dur=",
+            "synth;dur=",
+            "total;dur=",
+            'chars;desc="14"',
+            "audio;desc=",
+            "rtf;desc=",
+        ):
             assert part in timing, timing
         client.post("/tts", json={"text": "Timed request.", "language": "en"})  # a cache hit
         metrics = client.get("/metrics")
@@ -128,8 +146,11 @@ def test_api_keys(tmp_path: Path, assembled_model: Path, route: str) -> None:
     server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_API_KEYS='{"s3cret": "gold"}').start()
     try:
         with server.client() as client:
-            call = (lambda **kw: client.post("/tts", json={"text": SHORT}, **kw)) if route == "/tts" else (
-                lambda **kw: client.get("/voices", **kw))  # fmt: skip
+            call = (
+                (lambda **kw: client.post("/tts", json={"text": SHORT}, **kw))
+                if route == "/tts"
+                else (lambda **kw: client.get("/voices", **kw))
+            )
             refused = call()
             assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
             assert refused.headers["www-authenticate"] == "Bearer"
@@ -183,11 +204,18 @@ def test_a_fresh_client_is_admitted_while_16_slow_readers_are_connected(tmp_path
     # The readers would all be refused as streams beyond the real-time capacity on this machine; with that bound
     # off they take every slot at once, as in the lock-out the slot release exists for.
     server = ServerProcess(
-        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="16", POLYTTS_MAX_CLIENT_SHARE="1",
-        POLYTTS_STREAM_ADMISSION="false", POLYTTS_SLOW_READER_LAG_S="1", POLYTTS_READER_IDLE_LIMIT_S="600",
-        POLYTTS_MAX_BUFFERED_PIECES="1", POLYTTS_SEND_BUFFER_BYTES="16384", POLYTTS_PCM_CACHE_BYTES="0",
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_MAX_INFLIGHT="16",
+        POLYTTS_MAX_CLIENT_SHARE="1",
+        POLYTTS_STREAM_ADMISSION="false",
+        POLYTTS_SLOW_READER_LAG_S="1",
+        POLYTTS_READER_IDLE_LIMIT_S="600",
+        POLYTTS_MAX_BUFFERED_PIECES="1",
+        POLYTTS_SEND_BUFFER_BYTES="16384",
+        POLYTTS_PCM_CACHE_BYTES="0",
         POLYTTS_WAV_CACHE_BYTES="0",
-    ).start()  # fmt: skip
+    ).start()
     readers = [SlowReader(server.port, f"reader-{i}") for i in range(16)]
     try:
         for reader in readers:
@@ -217,13 +245,20 @@ def test_a_fresh_client_is_admitted_while_16_slow_readers_are_connected(tmp_path
 
 def test_one_client_address_holds_at_most_its_share_of_the_slots(tmp_path: Path, assembled_model: Path) -> None:
     server = ServerProcess(
-        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="2", POLYTTS_MAX_CLIENT_SHARE="0.5",
-        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0",
-    ).start()  # fmt: skip
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_MAX_INFLIGHT="2",
+        POLYTTS_MAX_CLIENT_SHARE="0.5",
+        POLYTTS_PCM_CACHE_BYTES="0",
+        POLYTTS_WAV_CACHE_BYTES="0",
+    ).start()
     try:
-        with server.client() as client, client.stream(
-            "POST", "/tts/stream", json={"text": LONG, "language": "en"}, headers={"X-Fairness-Key": "one"}
-        ) as held:
+        with (
+            server.client() as client,
+            client.stream(
+                "POST", "/tts/stream", json={"text": LONG, "language": "en"}, headers={"X-Fairness-Key": "one"}
+            ) as held,
+        ):
             pieces = held.iter_raw()  # kept: a dropped iterator closes the response
             next(pieces)
             for key in ("one", "two"):  # the address is full, whatever the key
@@ -237,9 +272,13 @@ def test_one_client_address_holds_at_most_its_share_of_the_slots(tmp_path: Path,
 
 def test_rejected_random_keys_leave_no_state_and_key_labels_are_capped(tmp_path: Path, assembled_model: Path) -> None:
     server = ServerProcess(
-        tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_MAX_INFLIGHT="1", POLYTTS_MAX_KEY_LABELS="4",
-        POLYTTS_PCM_CACHE_BYTES="0", POLYTTS_WAV_CACHE_BYTES="0",
-    ).start()  # fmt: skip
+        tmp_path,
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_MAX_INFLIGHT="1",
+        POLYTTS_MAX_KEY_LABELS="4",
+        POLYTTS_PCM_CACHE_BYTES="0",
+        POLYTTS_WAV_CACHE_BYTES="0",
+    ).start()
     try:
         with server.client() as client:
             for i in range(6):  # admitted keys, one after the other: listed up to the cap, the rest summed

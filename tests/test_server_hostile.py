@@ -17,7 +17,6 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import ServerProcess, wav_clip
 
 SENTENCE = "Damaged files never stop the server."
@@ -34,9 +33,7 @@ def pack_values(seed: int) -> np.ndarray:
 
 
 def register_pack(client: httpx.Client, seed: int) -> str:
-    reply = client.post(
-        "/voices", files={"voice_pack": ("v.npy", npy(pack_values(seed)))}, data={"engine": "kokoro"}
-    )
+    reply = client.post("/voices", files={"voice_pack": ("v.npy", npy(pack_values(seed)))}, data={"engine": "kokoro"})
     assert reply.status_code in (200, 201), reply.text
     return str(reply.json()["voice_id"])
 
@@ -77,7 +74,7 @@ def pack_folder(root: Path, name: str, meta: object, data: bytes) -> None:
 
 
 def test_a_damaged_voices_folder_never_stops_the_server(tmp_path: Path, assembled_model: Path) -> None:
-    from engines.voicepacks import pack_id
+    from engines.kokoro.voicepacks import pack_id
 
     voices, cache = tmp_path / "voices", tmp_path / "cache" / "pcm"
     good_clip = "00000000000000a1"
@@ -87,7 +84,9 @@ def test_a_damaged_voices_folder_never_stops_the_server(tmp_path: Path, assemble
     clip_meta = {"engine": "qwen", "ref_text": "x", "duration_s": 1.0, "sample_rate": 16_000}
     pack_meta = {"engine": "kokoro", "kind": "pack", "created_at": 1.0}
     damaged = {
-        "0000000000000b01": lambda n: pack_folder(voices, n, {**pack_meta, "created_at": "yesterday"}, npy(pack_values(2))),
+        "0000000000000b01": lambda n: pack_folder(
+            voices, n, {**pack_meta, "created_at": "yesterday"}, npy(pack_values(2))
+        ),
         "0000000000000b02": lambda n: clip_folder(voices, n, {**clip_meta, "created_at": "yesterday"}),
         "0000000000000b03": lambda n: clip_folder(voices, n, {**clip_meta, "created_at": 1e300}),
         "0000000000000b04": lambda n: clip_folder(voices, n, '{"engine": "qwen", "created_at": 1e999}'),
@@ -251,19 +250,21 @@ def test_a_pack_damaged_under_the_running_server_answers_its_own_error(
 # --- a full disk ------------------------------------------------------------------------------------------------------
 
 
-def test_a_full_disk_answers_507_and_leaves_nothing(
-    tmp_path: Path, small_disk: Path, assembled_model: Path
-) -> None:
+def test_a_full_disk_answers_507_and_leaves_nothing(tmp_path: Path, small_disk: Path, assembled_model: Path) -> None:
     server = ServerProcess(tmp_path, POLYTTS_VOICES_DIR=str(small_disk / "voices")).start()
     try:
         with server.client() as client:
             big = io.BytesIO()
             sf.write(big, np.zeros(16_000 * 50, np.float32), 16_000, format="WAV", subtype="PCM_24")  # 2.4 MB
-            reply = client.post("/voices", files={"audio": ("a.wav", big.getvalue())}, data={"engine": "qwen", "ref_text": "x"})
+            reply = client.post(
+                "/voices", files={"audio": ("a.wav", big.getvalue())}, data={"engine": "qwen", "ref_text": "x"}
+            )
             assert reply.status_code == 507 and reply.json()["code"] == "insufficient_storage", reply.text
             assert "no space left" in reply.json()["message"]
             assert os.listdir(small_disk / "voices") == []
-            small = client.post("/voices", files={"audio": ("a.wav", wav_clip(1.0))}, data={"engine": "qwen", "ref_text": "x"})
+            small = client.post(
+                "/voices", files={"audio": ("a.wav", wav_clip(1.0))}, data={"engine": "qwen", "ref_text": "x"}
+            )
             assert small.status_code == 201
         no_tracebacks(server)
     finally:
@@ -326,17 +327,20 @@ def test_uploads_beyond_the_budget_are_told_to_retry(tmp_path: Path, assembled_m
     try:
         clip = wav_clip(40.0, 300)  # about 1.3 MB of 16 kHz PCM
         boundary = "b0undary"
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"engine\"\r\n\r\nvoxcpm\r\n"
-                f"--{boundary}\r\nContent-Disposition: form-data; name=\"ref_text\"\r\n\r\nheld open\r\n"
-                f"--{boundary}\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"a.wav\"\r\n\r\n").encode()
+        body = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="engine"\r\n\r\nvoxcpm\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="ref_text"\r\n\r\nheld open\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\n'
+        ).encode()
         body += clip + f"\r\n--{boundary}--\r\n".encode()
         headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(len(body))}
         with send_head(node.port, "/voices", headers, body[: len(body) - 1000]) as held:  # almost all, held open
             with node.client() as client:
                 deadline = time.monotonic() + 30
                 while True:  # until the held upload has reserved its bytes
-                    other = client.post("/voices", files={"audio": ("b.wav", clip)},
-                                        data={"engine": "voxcpm", "ref_text": "the other"})  # fmt: skip
+                    other = client.post(
+                        "/voices", files={"audio": ("b.wav", clip)}, data={"engine": "voxcpm", "ref_text": "the other"}
+                    )
                     if other.status_code == 503 or time.monotonic() > deadline:
                         break
                 assert other.status_code == 503 and other.json()["code"] == "uploads_busy"
@@ -345,7 +349,9 @@ def test_uploads_beyond_the_budget_are_told_to_retry(tmp_path: Path, assembled_m
             assert status_of(held)[0] == 201  # the held upload completes: the budget it held comes back
         with node.client() as client:
             other_clip = wav_clip(40.0, 500)  # the held clip is registered now; the same bytes again would be a 409
-            again = client.post("/voices", files={"audio": ("c.wav", other_clip)}, data={"engine": "voxcpm", "ref_text": "x"})
+            again = client.post(
+                "/voices", files={"audio": ("c.wav", other_clip)}, data={"engine": "voxcpm", "ref_text": "x"}
+            )
             assert again.status_code == 201, again.text
         no_tracebacks(node)
     finally:

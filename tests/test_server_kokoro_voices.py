@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
 from conftest import ROOT, ServerProcess
 
 PACK = np.random.default_rng(7).standard_normal((510, 1, 256)).astype(np.float32) * 0.1
@@ -42,7 +41,10 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def torch_server(shared_dir: Path, tiny_kokoro: Path, assembled_model: Path) -> Iterator[ServerProcess]:
     server = ServerProcess(
-        shared_dir, POLYTTS_KOKORO_BACKEND="torch", POLYTTS_KOKORO_MODEL=str(tiny_kokoro), POLYTTS_DEFAULT_VOICE="af_tiny"
+        shared_dir,
+        POLYTTS_KOKORO_BACKEND="torch",
+        POLYTTS_KOKORO_MODEL=str(tiny_kokoro),
+        POLYTTS_DEFAULT_VOICE="af_tiny",
     ).start(timeout=120)
     yield server
     server.stop()
@@ -59,7 +61,10 @@ def test_torch_backend_is_reported_with_its_checkpoint(torch_server: ServerProce
         assert kokoro["g2p"]["english"] == "espeak"
         builtin = {v["voice_id"]: v["language"] for v in client.get("/voices").json()["voices"] if v["builtin"]}
         assert {name: builtin[name] for name in ("af_tiny", "am_tiny", "bf_tiny")} == {
-            "af_tiny": "en-us", "am_tiny": "en-us", "bf_tiny": "en-gb"}  # fmt: skip
+            "af_tiny": "en-us",
+            "am_tiny": "en-us",
+            "bf_tiny": "en-gb",
+        }
         assert builtin["af_heart"] == "en-us" and len(builtin) == 54 + 3  # the stock voices, without the hub
 
 
@@ -71,9 +76,14 @@ def test_a_blend_streams_audio(torch_server: ServerProcess) -> None:
 
 @pytest.mark.parametrize(
     ("voice", "part"),
-    [("af_tiny(2)+nobody(1)", "nobody"), ("af_tiny(x)+am_tiny", "af_tiny(x)"), ("af_tiny++am_tiny", ""),
-     ("af_tiny(0)+am_tiny(1)", "af_tiny(0)"), ("af_tiny+af_tiny", "af_tiny")],
-)  # fmt: skip
+    [
+        ("af_tiny(2)+nobody(1)", "nobody"),
+        ("af_tiny(x)+am_tiny", "af_tiny(x)"),
+        ("af_tiny++am_tiny", ""),
+        ("af_tiny(0)+am_tiny(1)", "af_tiny(0)"),
+        ("af_tiny+af_tiny", "af_tiny"),
+    ],
+)
 def test_a_bad_blend_points_at_its_part(torch_server: ServerProcess, voice: str, part: str) -> None:
     with torch_server.client() as client:
         response = client.post("/tts/stream", json={"text": "hi", "voice_id": voice})
@@ -83,7 +93,7 @@ def test_a_bad_blend_points_at_its_part(torch_server: ServerProcess, voice: str,
 
 
 def test_uploaded_pack_is_content_hashed_and_streams(torch_server: ServerProcess) -> None:
-    from engines.voicepacks import pack_id
+    from engines.kokoro.voicepacks import pack_id
 
     with torch_server.client() as client:
         created = upload_pack(client, npy(PACK))
@@ -182,7 +192,9 @@ def test_offline_hub_is_a_clear_failed_state(tmp_path: Path) -> None:
 
 def test_a_demanded_gpu_that_torch_cannot_see_refuses_to_start(tmp_path: Path) -> None:
     env = {**ServerProcess(tmp_path).env, "POLYTTS_RUNTIME": "cuda"}
-    refused = subprocess.run([sys.executable, "server.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "server.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 3
     assert "POLYTTS_RUNTIME=cuda" in refused.stderr and "POLYTTS_ALLOW_CPU" in refused.stderr
     allowed = ServerProcess(tmp_path, POLYTTS_RUNTIME="cuda", POLYTTS_ALLOW_CPU="1").start()

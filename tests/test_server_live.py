@@ -16,7 +16,6 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-
 from conftest import ServerProcess
 
 PARAGRAPH = (
@@ -29,8 +28,12 @@ KEY = "live-secret"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("live"), POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_LIVE_FLUSH_MS="400",
-                           POLYTTS_API_KEYS=json.dumps({KEY: "live-client"})).start()  # fmt: skip
+    server = ServerProcess(
+        tmp_path_factory.mktemp("live"),
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_LIVE_FLUSH_MS="400",
+        POLYTTS_API_KEYS=json.dumps({KEY: "live-client"}),
+    ).start()
     yield server
     server.stop()
 
@@ -81,10 +84,19 @@ async def test_httpx_streams_text_word_by_word(node: ServerProcess) -> None:
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl program (apt-get install -y curl)")
 def test_curl_from_a_pipe_gets_audio_before_the_last_word(node: ServerProcess) -> None:
     curl = subprocess.Popen(
-        ["curl", "-sS", "--no-buffer", "-T", ".", "-H", f"Authorization: Bearer {KEY}",
-         f"{node.url}/tts/live?voice=af_heart&format=pcm"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            "curl",
+            "-sS",
+            "--no-buffer",
+            "-T",
+            ".",
+            "-H",
+            f"Authorization: Bearer {KEY}",
+            f"{node.url}/tts/live?voice=af_heart&format=pcm",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     arrivals: list[float] = []
     received = bytearray()
 
@@ -198,9 +210,11 @@ def test_two_live_clients_and_a_stream_share_the_gpu_thread(node: ServerProcess)
 
     live_body = (json.dumps({"text": text, "voice": "af_heart"}) + "\n").encode()
     stream_body = json.dumps({"text": text, "voice": "af_heart"}).encode()
-    threads = [threading.Thread(target=listen, args=("a", "/tts/live", live_body)),
-               threading.Thread(target=listen, args=("b", "/tts/live", live_body)),
-               threading.Thread(target=listen, args=("c", "/tts/stream", stream_body))]  # fmt: skip
+    threads = [
+        threading.Thread(target=listen, args=("a", "/tts/live", live_body)),
+        threading.Thread(target=listen, args=("b", "/tts/live", live_body)),
+        threading.Thread(target=listen, args=("c", "/tts/stream", stream_body)),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

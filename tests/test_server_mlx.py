@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import ServerProcess, wav_clip
-from registry import compute_voice_id
+
+from voicebank.registry import compute_voice_id
 
 CLIP = wav_clip(1.0, 345)
 
@@ -79,7 +79,9 @@ def test_voxcpm_voice_on_mlx(node: ServerProcess) -> None:
         assert refused.status_code == 422 and refused.json()["code"] == "unsupported_parameter"
 
 
-def test_restart_reuses_prepared_voices_from_disk(node: ServerProcess, shared: Path, tiny_mlx_models: dict[str, Path]) -> None:
+def test_restart_reuses_prepared_voices_from_disk(
+    node: ServerProcess, shared: Path, tiny_mlx_models: dict[str, Path]
+) -> None:
     with node.client() as client:
         voice_id = client.post(
             "/voices", files={"audio": ("ref.wav", wav_clip(1.0, 777))}, data={"engine": "qwen", "ref_text": "again"}

@@ -14,19 +14,23 @@ import av
 import httpx
 import openai
 import pytest
-
 from conftest import ServerProcess
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
-LONG = " ".join(f"This is sentence number {i} of a long answer that the client plays while it is made." for i in range(8))
+LONG = " ".join(
+    f"This is sentence number {i} of a long answer that the client plays while it is made." for i in range(8)
+)
 VOICE = "af_heart"
 KEYED = {"Authorization": "Bearer sk-good"}  # /health shows load only to a key, on a node with keys
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("openai"), POLYTTS_KOKORO_BACKEND="onnx",
-                           POLYTTS_API_KEYS='{"sk-good": "openai-client"}').start()  # fmt: skip
+    server = ServerProcess(
+        tmp_path_factory.mktemp("openai"),
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_API_KEYS='{"sk-good": "openai-client"}',
+    ).start()
     yield server
     server.stop()
 
@@ -47,8 +51,7 @@ def decoded_seconds(data: bytes) -> float:
 
 
 def pcm_seconds(node: ServerProcess, text: str) -> float:
-    response = httpx.post(node.url + "/tts/stream", json={"text": text, "voice": VOICE},
-                          headers=KEYED, timeout=120)  # fmt: skip
+    response = httpx.post(node.url + "/tts/stream", json={"text": text, "voice": VOICE}, headers=KEYED, timeout=120)
     return len(response.content) / 2 / int(response.headers["x-sample-rate"])
 
 
@@ -63,8 +66,14 @@ def test_every_format_decodes_to_the_length_of_the_pcm(client: openai.OpenAI, no
         seconds = decoded_seconds(audio.content)
     assert seconds == pytest.approx(expected, rel=0.1), fmt
     assert audio.response.headers["content-type"].startswith(
-        {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac", "wav": "audio/wav",
-         "pcm": "application/octet-stream"}[fmt]  # fmt: skip
+        {
+            "mp3": "audio/mpeg",
+            "opus": "audio/ogg",
+            "aac": "audio/aac",
+            "flac": "audio/flac",
+            "wav": "audio/wav",
+            "pcm": "application/octet-stream",
+        }[fmt]
     )
 
 
@@ -91,7 +100,7 @@ def test_sse_yields_deltas_then_done(client: openai.OpenAI, node: ServerProcess)
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
             if line.startswith("data: "):
-                events.append(json.loads(line[len("data: "):]))
+                events.append(json.loads(line[len("data: ") :]))
     kinds = [event["type"] for event in events]
     assert kinds[-1] == "speech.audio.done" and set(kinds[:-1]) == {"speech.audio.delta"} and len(kinds) > 1
     pcm = b"".join(base64.b64decode(event["audio"]) for event in events[:-1])
@@ -119,9 +128,15 @@ def test_unknown_voice_and_model_are_not_found_with_useful_messages(client: open
 
 
 def test_speed_instructions_and_the_object_voice(client: openai.OpenAI, node: ServerProcess) -> None:
-    normal = decoded_seconds(client.audio.speech.create(model="kokoro", voice=VOICE, input=SENTENCE, response_format="wav").content)
+    normal = decoded_seconds(
+        client.audio.speech.create(model="kokoro", voice=VOICE, input=SENTENCE, response_format="wav").content
+    )
     fast = client.audio.speech.create(
-        model="kokoro", voice={"id": VOICE}, input=SENTENCE, response_format="wav", speed=2.0,  # type: ignore[arg-type]
+        model="kokoro",
+        voice={"id": VOICE},
+        input=SENTENCE,
+        response_format="wav",
+        speed=2.0,  # type: ignore[arg-type]
         instructions="Speak cheerfully.",
     )
     assert decoded_seconds(fast.content) < 0.7 * normal
@@ -169,8 +184,7 @@ def test_a_client_that_leaves_an_encoded_event_stream_leaves_the_node_up(node: S
     step (FFmpeg crashed the process when the container was freed under a running AAC encode)."""
     body = {"model": "tts-1", "voice": "alloy", "input": LONG, "response_format": "aac", "stream_format": "sse"}
     for _ in range(4):
-        with httpx.stream("POST", node.url + "/v1/audio/speech", json=body, timeout=120,
-                          headers=KEYED) as response:  # fmt: skip
+        with httpx.stream("POST", node.url + "/v1/audio/speech", json=body, timeout=120, headers=KEYED) as response:
             assert response.status_code == 200
             next(response.iter_bytes())
     assert httpx.get(node.url + "/health", timeout=10).json()["status"] == "ready"

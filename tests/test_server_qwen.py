@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 import soundfile as sf
+from conftest import ServerProcess, joined_samples, wav_clip
 from test_server_mlx import CLIP
 
-from conftest import ServerProcess, joined_samples, wav_clip
-from registry import compute_voice_id
+from voicebank.registry import compute_voice_id
 
 FRAMES = 11  # POLYTTS_QWEN_MAX_TOKENS 12: the random model never stops, the first step only prefills
 GENERATION = FRAMES * 1920  # samples at 24 kHz
@@ -111,10 +111,19 @@ def test_stream_hands_out_pieces_as_they_are_generated(client: httpx.Client, voi
 
 def test_sampling_parameters_are_taken(client: httpx.Client, voices: dict[str, str]) -> None:
     body = {
-        "text": "Tuned.", "voice_id": voices["in_context"], "language": "zh", "temperature": 0.7, "top_k": 20,
-        "top_p": 0.9, "repetition_penalty": 1.1, "subtalker_temperature": 0.6, "subtalker_top_k": 10,
-        "subtalker_top_p": 0.8, "max_new_tokens": 6, "non_streaming_mode": True,
-    }  # fmt: skip
+        "text": "Tuned.",
+        "voice_id": voices["in_context"],
+        "language": "zh",
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.9,
+        "repetition_penalty": 1.1,
+        "subtalker_temperature": 0.6,
+        "subtalker_top_k": 10,
+        "subtalker_top_p": 0.8,
+        "max_new_tokens": 6,
+        "non_streaming_mode": True,
+    }
     response = client.post("/tts", json=body)
     assert response.status_code == 200, response.text
     assert len(sf.read(io.BytesIO(response.content))[0]) == 5 * 1920
@@ -122,12 +131,20 @@ def test_sampling_parameters_are_taken(client: httpx.Client, voices: dict[str, s
 
 @pytest.mark.parametrize(
     ("body", "code"),
-    [({"temperature": 0}, "invalid_input"), ({"temperature": 2.5}, "invalid_input"), ({"top_k": 0}, "invalid_input"),
-     ({"top_p": 1.5}, "invalid_input"), ({"repetition_penalty": 3}, "invalid_input"),
-     ({"subtalker_top_p": 0}, "invalid_input"), ({"max_new_tokens": 1}, "invalid_input"),
-     ({"max_new_tokens": 13}, "max_new_tokens_too_large"), ({"cfg_value": 2.0}, "unsupported_parameter"),
-     ({"speed": 1.1}, "unsupported_parameter"), ({"language": "hi"}, "unsupported_language")],
-)  # fmt: skip
+    [
+        ({"temperature": 0}, "invalid_input"),
+        ({"temperature": 2.5}, "invalid_input"),
+        ({"top_k": 0}, "invalid_input"),
+        ({"top_p": 1.5}, "invalid_input"),
+        ({"repetition_penalty": 3}, "invalid_input"),
+        ({"subtalker_top_p": 0}, "invalid_input"),
+        ({"max_new_tokens": 1}, "invalid_input"),
+        ({"max_new_tokens": 13}, "max_new_tokens_too_large"),
+        ({"cfg_value": 2.0}, "unsupported_parameter"),
+        ({"speed": 1.1}, "unsupported_parameter"),
+        ({"language": "hi"}, "unsupported_language"),
+    ],
+)
 def test_parameter_checks(client: httpx.Client, voices: dict[str, str], body: dict[str, object], code: str) -> None:
     response = client.post("/tts/stream", json={"text": "hi", "voice_id": voices["in_context"], **body})
     assert response.status_code == 422 and response.json()["code"] == code, response.text
@@ -150,8 +167,13 @@ def test_qwen_evicts_and_is_evicted_by_kokoro_and_voxcpm(client: httpx.Client, v
     voxcpm = client.post(
         "/voices", files={"audio": ("a.wav", wav_clip(1.0, 400))}, data={"engine": "voxcpm", "ref_text": "swap"}
     ).json()["voice_id"]
-    turns = ((None, "kokoro"), (voices["in_context"], "qwen"), (voxcpm, "voxcpm"), (voices["xvector"], "qwen"),
-             (None, "kokoro"))  # fmt: skip
+    turns = (
+        (None, "kokoro"),
+        (voices["in_context"], "qwen"),
+        (voxcpm, "voxcpm"),
+        (voices["xvector"], "qwen"),
+        (None, "kokoro"),
+    )
     before = client.get("/health").json()["manager"]["units"]["qwen"]
     for turn, (voice_id, engine) in enumerate(turns):
         body = {"text": f"Swap number {turn}.", "language": "en"} | ({"voice_id": voice_id} if voice_id else {})
@@ -168,7 +190,11 @@ def test_qwen_evicts_and_is_evicted_by_kokoro_and_voxcpm(client: httpx.Client, v
 
 
 def test_a_restart_reuses_prepared_voices(
-    client: httpx.Client, node: ServerProcess, voices: dict[str, str], tmp_path: Path, tiny_qwen_torch: Path,
+    client: httpx.Client,
+    node: ServerProcess,
+    voices: dict[str, str],
+    tmp_path: Path,
+    tiny_qwen_torch: Path,
     tiny_voxcpm: Path,
 ) -> None:
     voice_id = voices["in_context"]

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 import soundfile as sf
-
 from conftest import ServerProcess, joined_samples, wav_clip
 
 MAX_LEN = 16  # patches per generation (the random model never stops early): 16 x 7680 samples
@@ -19,7 +18,9 @@ SEVEN = "One sentence. Two sentences. Three here. Four now. Five again. Six more
 
 
 @pytest.fixture(scope="module")
-def vox_server(tmp_path_factory: pytest.TempPathFactory, tiny_voxcpm: Path, assembled_model: Path) -> Iterator[ServerProcess]:
+def vox_server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_voxcpm: Path, assembled_model: Path
+) -> Iterator[ServerProcess]:
     server = ServerProcess(
         tmp_path_factory.mktemp("voxcpm"),
         POLYTTS_VOXCPM_MODEL=str(tiny_voxcpm),
@@ -53,10 +54,13 @@ def voices(vox_server: ServerProcess) -> dict[str, str]:
             "continuation": register(client, wav_clip(2.0, 150), ref_text="this is my voice"),
             "xvector": register(client, wav_clip(2.0, 160), x_vector_only_mode="true"),
             "seeded": register(
-                client, wav_clip(2.0, 170), ref_text="my voice", seed_audio=wav_clip(1.0, 520).decode("latin-1"),
+                client,
+                wav_clip(2.0, 170),
+                ref_text="my voice",
+                seed_audio=wav_clip(1.0, 520).decode("latin-1"),
                 seed_text="a calm tone",
             ),
-        }  # fmt: skip
+        }
 
 
 @pytest.mark.parametrize("mode", ["continuation", "xvector", "seeded"])
@@ -85,9 +89,13 @@ def test_stream_forwards_pieces_as_they_are_generated(client: httpx.Client, voic
 
 @pytest.mark.parametrize(
     ("caps", "generations"),
-    [({}, 3), ({"max_sentences_per_gen": 1}, 7), ({"max_sentences_per_gen": 0, "max_chars_per_gen": 0}, 2),
-     ({"max_sentences_per_gen": 0, "max_chars_per_gen": 30}, 4)],
-)  # fmt: skip
+    [
+        ({}, 3),
+        ({"max_sentences_per_gen": 1}, 7),
+        ({"max_sentences_per_gen": 0, "max_chars_per_gen": 0}, 2),
+        ({"max_sentences_per_gen": 0, "max_chars_per_gen": 30}, 4),
+    ],
+)
 def test_generation_caps_split_long_text(
     client: httpx.Client, voices: dict[str, str], caps: dict[str, int], generations: int
 ) -> None:
@@ -110,11 +118,16 @@ def test_registrations_that_lack_a_transcript_are_refused(client: httpx.Client) 
 
 @pytest.mark.parametrize(
     ("body", "code"),
-    [({"cfg_value": 0.1}, "invalid_input"), ({"cfg_value": 11}, "invalid_input"),
-     ({"inference_timesteps": 0}, "invalid_input"), ({"inference_timesteps": 101}, "invalid_input"),
-     ({"max_chars_per_gen": -1}, "invalid_input"), ({"speed": 1.2}, "unsupported_parameter"),
-     ({"denoise": True}, "denoiser_unavailable")],
-)  # fmt: skip
+    [
+        ({"cfg_value": 0.1}, "invalid_input"),
+        ({"cfg_value": 11}, "invalid_input"),
+        ({"inference_timesteps": 0}, "invalid_input"),
+        ({"inference_timesteps": 101}, "invalid_input"),
+        ({"max_chars_per_gen": -1}, "invalid_input"),
+        ({"speed": 1.2}, "unsupported_parameter"),
+        ({"denoise": True}, "denoiser_unavailable"),
+    ],
+)
 def test_parameter_bounds(client: httpx.Client, voices: dict[str, str], body: dict[str, object], code: str) -> None:
     response = client.post("/tts/stream", json={"text": "hi", "voice_id": voices["continuation"], **body})
     assert response.status_code == 422 and response.json()["code"] == code, response.text
@@ -147,9 +160,13 @@ def test_kokoro_and_voxcpm_evict_each_other(client: httpx.Client, voices: dict[s
 
 def test_idle_timer_unloads_voxcpm(tmp_path: Path, tiny_voxcpm: Path, assembled_model: Path) -> None:
     server = ServerProcess(
-        tmp_path, POLYTTS_VOXCPM_MODEL=str(tiny_voxcpm), POLYTTS_VOXCPM_MAX_LEN=str(MAX_LEN),
-        POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_WARM_ON_START="false", POLYTTS_IDLE_EVICT_SECONDS="1",
-    ).start()  # fmt: skip
+        tmp_path,
+        POLYTTS_VOXCPM_MODEL=str(tiny_voxcpm),
+        POLYTTS_VOXCPM_MAX_LEN=str(MAX_LEN),
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_WARM_ON_START="false",
+        POLYTTS_IDLE_EVICT_SECONDS="1",
+    ).start()
     try:
         with server.client() as client:
             voice = register(client, wav_clip(1.0, 700), ref_text="idle voice")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.stock_voices import ARCHIVE, STOCK_DIR, SUMS, StockVoices, VoicePackCorrupt, pack_sum
+from engines.kokoro.stock_voices import ARCHIVE, STOCK_DIR, SUMS, StockVoices, VoicePackCorrupt, pack_sum
 from errors import NotFound
 
 JAPANESE = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
@@ -32,8 +32,19 @@ def copy_folder(tmp_path: Path) -> Path:
 def test_all_54_packs_load_and_verify(stock: StockVoices) -> None:
     packs = stock.load_all()
     assert len(packs) == 54 and stock.damaged == {}
-    assert {"af_heart", "am_michael", "bf_emma", "bm_george", "ef_dora", "ff_siwis", "hf_alpha", "if_sara",
-            "jf_alpha", "pf_dora", "zf_xiaobei"} <= set(packs)  # fmt: skip
+    assert {
+        "af_heart",
+        "am_michael",
+        "bf_emma",
+        "bm_george",
+        "ef_dora",
+        "ff_siwis",
+        "hf_alpha",
+        "if_sara",
+        "jf_alpha",
+        "pf_dora",
+        "zf_xiaobei",
+    } <= set(packs)
     sums = json.loads((STOCK_DIR / SUMS).read_text())
     for name, pack in packs.items():
         assert pack.shape == (510, 1, 256) and pack.dtype == np.float32 and pack.flags.c_contiguous
@@ -46,8 +57,16 @@ def test_every_voice_has_a_language_and_gender(stock: StockVoices) -> None:
     assert all(v.language is not None and v.gender is not None for v in voices)
     by_language = Counter(v.language.code for v in voices if v.language)
     assert by_language == {
-        "en-us": 20, "en-gb": 8, "es": 3, "fr-fr": 1, "hi": 4, "it": 2, "ja": 5, "pt-br": 3, "zh": 8,
-    }  # fmt: skip
+        "en-us": 20,
+        "en-gb": 8,
+        "es": 3,
+        "fr-fr": 1,
+        "hi": 4,
+        "it": 2,
+        "ja": 5,
+        "pt-br": 3,
+        "zh": 8,
+    }
     heart = next(v for v in voices if v.name == "af_heart")
     assert heart.language and heart.language.code == "en-us" and heart.gender == "female"
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from errors import Busy, InvalidInput, NotFound, PayloadTooLarge
+from lifecycle.service import Service, build_service
+from lifecycle.synthesis import RequestContext
 from pcm_cache import PcmCache
-from protocol import TTSRequest
-from service import Service, build_service
 from settings import load_settings
-from synthesis import RequestContext
+from web.protocol import TTSRequest
 
 CONTEXT = RequestContext("test", principal="test")
 
@@ -71,7 +71,9 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
             received.append(pcm)
     assert len(received) == 1
     assert await service.synthesis.cached_pcm(plan) is None
-    assert service.synthesis.pcm_cache.stats()["entries"] == 0 and service.synthesis.memory_cache.stats()["entries"] == 0
+    assert (
+        service.synthesis.pcm_cache.stats()["entries"] == 0 and service.synthesis.memory_cache.stats()["entries"] == 0
+    )
     assert "synthesis failed mid-stream" in caplog.text and "outcome=failed" in caplog.text
     monkeypatch.undo()
     assert await synthesize(service, "Still serving.")  # the GPU thread survived
@@ -116,7 +118,9 @@ async def test_cache_key_covers_voice_text_and_parameters(service: Service) -> N
     assert len(keys) == 8
     with pytest.raises(InvalidInput, match="at least 20"):  # a cap of a few characters would multiply the work
         await plan(TTSRequest(text="Same text.", max_chars_per_gen=5))
-    assert (await plan(TTSRequest(text="Same   text."))).cache_key == (await plan(TTSRequest(text="Same text."))).cache_key
+    assert (await plan(TTSRequest(text="Same   text."))).cache_key == (
+        await plan(TTSRequest(text="Same text."))
+    ).cache_key
 
 
 class StalledDisk(PcmCache):
@@ -149,12 +153,23 @@ async def test_a_stalled_cache_disk_does_not_delay_another_stream(service: Servi
 
 @pytest.mark.parametrize(
     ("voice", "language", "expected"),
-    [("af_heart", None, "en-us"), ("bm_george", None, "en-gb"), ("ef_dora", None, "es"), ("ff_siwis", None, "fr-fr"),
-     ("hf_alpha", None, "hi"), ("if_sara", None, "it"), ("pf_dora", None, "pt-br"), ("zf_xiaobei", None, "zh"),
-     ("bf_emma(1)+af_heart(3)", None, "en-gb"), ("ef_dora", "en", "en-us"), (None, None, "en-us")],
-)  # fmt: skip
-async def test_the_language_follows_the_voice_unless_named(service: Service, voice: str | None, language: str | None,
-                                                          expected: str) -> None:  # fmt: skip
+    [
+        ("af_heart", None, "en-us"),
+        ("bm_george", None, "en-gb"),
+        ("ef_dora", None, "es"),
+        ("ff_siwis", None, "fr-fr"),
+        ("hf_alpha", None, "hi"),
+        ("if_sara", None, "it"),
+        ("pf_dora", None, "pt-br"),
+        ("zf_xiaobei", None, "zh"),
+        ("bf_emma(1)+af_heart(3)", None, "en-gb"),
+        ("ef_dora", "en", "en-us"),
+        (None, None, "en-us"),
+    ],
+)
+async def test_the_language_follows_the_voice_unless_named(
+    service: Service, voice: str | None, language: str | None, expected: str
+) -> None:
     plan = await service.synthesis.plan(TTSRequest(text="Hi.", voice_id=voice, language=language))
     assert plan.options.language.code == expected
 

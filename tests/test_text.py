@@ -8,17 +8,8 @@ import re
 import pytest
 
 from errors import InvalidInput
-from text import (
-    LANGUAGES,
-    Chunk,
-    PhraseSegmenter,
-    chunk_text,
-    normalize_text,
-    resolve_language,
-    split_sentences,
-    voice_gender,
-    voice_language,
-)
+from text.chunking import Chunk, PhraseSegmenter, chunk_text, normalize_text, split_sentences
+from text.languages import LANGUAGES, resolve_language, voice_gender, voice_language
 
 # --- sentences ----------------------------------------------------------------------------------------------------
 
@@ -35,10 +26,16 @@ from text import (
         ("Bring fruit, e.g. apples. Or i.e. pears.", ["Bring fruit, e.g. apples.", "Or i.e. pears."]),
         ("Apples, pears, etc. are fine.", ["Apples, pears, etc. are fine."]),
         ("Apples, pears, etc. Then we left.", ["Apples, pears, etc.", "Then we left."]),
-        ("The U.S. economy grew. So did the U.K. Then it fell.", ["The U.S. economy grew.", "So did the U.K.", "Then it fell."]),
+        (
+            "The U.S. economy grew. So did the U.K. Then it fell.",
+            ["The U.S. economy grew.", "So did the U.K.", "Then it fell."],
+        ),
         ("J. R. R. Tolkien wrote it.", ["J. R. R. Tolkien wrote it."]),
         ("He joined the U.S. Army in the U.S. Northwest.", ["He joined the U.S. Army in the U.S. Northwest."]),
-        ("It was 5 p.m. Everyone left at 6 p.m. We stayed.", ["It was 5 p.m.", "Everyone left at 6 p.m.", "We stayed."]),
+        (
+            "It was 5 p.m. Everyone left at 6 p.m. We stayed.",
+            ["It was 5 p.m.", "Everyone left at 6 p.m.", "We stayed."],
+        ),
         ("Meet at 5 p.m. and bring food. Fine.", ["Meet at 5 p.m. and bring food.", "Fine."]),
         ("It is No. 5 on the list. I said no. Then left.", ["It is No. 5 on the list.", "I said no.", "Then left."]),
         ("He lives on Elm St. Then he moved to St. Louis.", ["He lives on Elm St.", "Then he moved to St. Louis."]),
@@ -51,7 +48,7 @@ from text import (
         ("Hello world", ["Hello world"]),
         ("  \n ", []),
     ],
-)  # fmt: skip
+)
 def test_sentence_splitter(text: str, sentences: list[str]) -> None:
     assert split_sentences(text) == sentences
 
@@ -230,9 +227,33 @@ def test_empty_text_has_no_chunks() -> None:
 
 def random_text(rng: random.Random, words: int) -> str:
     vocabulary = [
-        "the", "cat", "sat", "on", "a", "mat", "Dr.", "Smith", "paid", "$3.50", "e.g.", "U.S.", "and", "which",
-        "running", "extraordinarily", "3.14", "St.", "Louis", "etc.", "No.", "5", "J.", "x" * 40, "今日は", "晴れ。",
-    ]  # fmt: skip
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "Dr.",
+        "Smith",
+        "paid",
+        "$3.50",
+        "e.g.",
+        "U.S.",
+        "and",
+        "which",
+        "running",
+        "extraordinarily",
+        "3.14",
+        "St.",
+        "Louis",
+        "etc.",
+        "No.",
+        "5",
+        "J.",
+        "x" * 40,
+        "今日は",
+        "晴れ。",
+    ]
     marks = ["", "", "", "", ",", ";", ":", " —", ".", "!", "?", "...", '."', "\n", "\n\n"]
     parts = []
     for _ in range(words):
@@ -331,8 +352,9 @@ def test_release_speaks_complete_clauses_of_an_open_sentence_now() -> None:
     assert segmenter.release() == []  # the comma is decided by what follows it
     assert segmenter.feed(" keeps the first") == []  # 59 characters known: packing would wait for more
     assert segmenter.release() == [Chunk("The service splits the text into sentences,", "clause")]
-    assert segmenter.feed(" piece short, and sends it. Next") == [Chunk("keeps the first piece short, and sends it.",
-                                                                           "sentence")]  # fmt: skip
+    assert segmenter.feed(" piece short, and sends it. Next") == [
+        Chunk("keeps the first piece short, and sends it.", "sentence")
+    ]
     assert segmenter.release() == [] and segmenter.pending == "Next"  # an open clause stays until it is complete
     assert segmenter.flush() == [Chunk("Next", "none")]
 
@@ -368,11 +390,20 @@ def test_segmenter_paragraph_pause_and_long_runs_without_punctuation() -> None:
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
-        (None, "en-us"), ("en", "en-us"), ("EN_us", "en-us"), ("English", "en-us"), ("a", "en-us"),
-        ("en-GB", "en-gb"), ("British English", "en-gb"), ("es", "es"), ("French", "fr-fr"), ("pt", "pt-br"),
-        ("hi", "hi"), ("it", "it"),
+        (None, "en-us"),
+        ("en", "en-us"),
+        ("EN_us", "en-us"),
+        ("English", "en-us"),
+        ("a", "en-us"),
+        ("en-GB", "en-gb"),
+        ("British English", "en-gb"),
+        ("es", "es"),
+        ("French", "fr-fr"),
+        ("pt", "pt-br"),
+        ("hi", "hi"),
+        ("it", "it"),
     ],
-)  # fmt: skip
+)
 def test_language_codes_map_to_one_language(code: str | None, expected: str) -> None:
     assert resolve_language(code).code == expected
 
@@ -380,14 +411,26 @@ def test_language_codes_map_to_one_language(code: str | None, expected: str) -> 
 @pytest.mark.parametrize(
     ("voice", "language", "gender"),
     [
-        ("af_heart", "en-us", "female"), ("am_michael", "en-us", "male"), ("bf_emma", "en-gb", "female"),
-        ("bm_george", "en-gb", "male"), ("ef_dora", "es", "female"), ("ff_siwis", "fr-fr", "female"),
-        ("hf_alpha", "hi", "female"), ("im_nicola", "it", "male"), ("jf_alpha", "ja", "female"),
-        ("pm_alex", "pt-br", "male"), ("zf_xiaobei", "zh", "female"), ("zm_yunjian", "zh", "male"),
-        ("xf_unknown", None, None), ("heart", None, None), ("af", None, None), ("aq_heart", None, None),
-        ("Af_heart", None, None), ("", None, None),
+        ("af_heart", "en-us", "female"),
+        ("am_michael", "en-us", "male"),
+        ("bf_emma", "en-gb", "female"),
+        ("bm_george", "en-gb", "male"),
+        ("ef_dora", "es", "female"),
+        ("ff_siwis", "fr-fr", "female"),
+        ("hf_alpha", "hi", "female"),
+        ("im_nicola", "it", "male"),
+        ("jf_alpha", "ja", "female"),
+        ("pm_alex", "pt-br", "male"),
+        ("zf_xiaobei", "zh", "female"),
+        ("zm_yunjian", "zh", "male"),
+        ("xf_unknown", None, None),
+        ("heart", None, None),
+        ("af", None, None),
+        ("aq_heart", None, None),
+        ("Af_heart", None, None),
+        ("", None, None),
     ],
-)  # fmt: skip
+)
 def test_kokoro_voice_names_give_language_and_gender(voice: str, language: str | None, gender: str | None) -> None:
     found = voice_language(voice)
     assert (found.code if found else None) == language

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import uvicorn
+from conftest import free_port
 from fastapi import FastAPI, Request
 
-from conftest import free_port
-from http_errors import install_error_handlers
-from uploads import MAX_FILENAME_CHARS, UploadBudget, read_form
+from voicebank.uploads import MAX_FILENAME_CHARS, UploadBudget, read_form
+from web.http_errors import install_error_handlers
 
 FILE_LIMIT = 1024 * 1024
 BOUNDARY = "xyzzy"
@@ -109,7 +109,10 @@ MALFORMED = {
     "no closing boundary": (GOOD[: -len(f"--{BOUNDARY}--\r\n")], BOUNDARY),
     "cut inside a part": (GOOD[:30], BOUNDARY),
     "empty": (b"", BOUNDARY),
-    "a part without a name": (f"--{BOUNDARY}\r\nContent-Type: text/plain\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(), BOUNDARY),
+    "a part without a name": (
+        f"--{BOUNDARY}\r\nContent-Type: text/plain\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(),
+        BOUNDARY,
+    ),
     "a bad header line": (f"--{BOUNDARY}\r\nno colon here\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(), BOUNDARY),
 }
 

@@ -20,8 +20,8 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
-from engines import voicepacks
-from engines.voicepacks import (
+from engines.kokoro import voicepacks
+from engines.kokoro.voicepacks import (
     PACK_SHAPE,
     BlendPart,
     canonical_blend,

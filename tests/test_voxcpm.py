@@ -15,12 +15,12 @@ import soundfile as sf
 from conftest import ROOT, wav_clip
 
 from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
-from engines.voxcpm import SPEC as VOXCPM
-from engines.voxcpm import VoxCPMEngine
+from engines.voxcpm.engine import SPEC as VOXCPM
+from engines.voxcpm.engine import VoxCPMEngine
 from errors import InvalidInput
-from registry import Registration, VoiceRegistry
-from text import resolve_language
-from voice_entry import VoiceEntry
+from text.languages import resolve_language
+from voicebank.registry import Registration, VoiceRegistry
+from voicebank.voice_entry import VoiceEntry
 
 MAX_LEN = 16  # audio patches per generation: the random model never stops by itself
 PIECE = 7680  # samples per streamed piece: 160 ms at 48 kHz
@@ -28,9 +28,13 @@ PIECE = 7680  # samples per streamed piece: 160 ms at 48 kHz
 
 def voxcpm_engine(model: str, **overrides: object) -> VoxCPMEngine:
     options: dict[str, object] = {
-        "model": model, "runtime": "cpu", "denoiser": None, "max_ref_seconds": 2.0, "max_len": MAX_LEN,
+        "model": model,
+        "runtime": "cpu",
+        "denoiser": None,
+        "max_ref_seconds": 2.0,
+        "max_len": MAX_LEN,
         "caps": EngineCaps(0, 80, 3, interleavable=False),
-    }  # fmt: skip
+    }
     return VoxCPMEngine(**{**options, **overrides})  # type: ignore[arg-type]
 
 
@@ -148,7 +152,7 @@ def test_voxcpm_imports_beside_a_broken_torchaudio(tmp_path: Path) -> None:
     fake.mkdir()
     (fake / "__init__.py").write_text("raise OSError('libc10_cuda.so: cannot open shared object file')\n")
     check = (
-        "from engines.voxcpm_import import import_voxcpm\n"
+        "from engines.voxcpm.upstream import import_voxcpm\n"
         "voxcpm = import_voxcpm()\n"
         "import torchaudio\n"
         "try:\n    torchaudio.load\nexcept RuntimeError as e:\n    assert 'does not use it' in str(e)\n"
@@ -156,5 +160,7 @@ def test_voxcpm_imports_beside_a_broken_torchaudio(tmp_path: Path) -> None:
         "assert hasattr(voxcpm, 'VoxCPM')\n"
     )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]

@@ -8,19 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from audio.word_timings import SOUND_LEAD_S, WordClock, WordSpan, WordTiming, align_words, captions, split_words
 from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions
 from engines.g2p import G2P
-from engines.kokoro import KokoroEngine
-from text import resolve_language
-from word_timings import (
-    SOUND_LEAD_S,
-    WordClock,
-    WordSpan,
-    WordTiming,
-    align_words,
-    captions,
-    split_words,
-)
+from engines.kokoro.engine import KokoroEngine
+from text.languages import resolve_language
 
 ENGLISH = resolve_language("en")
 RATE = 24_000
@@ -116,8 +108,9 @@ def test_clock_turns_frames_into_seconds_with_the_leading_pad_and_the_decoders_l
     durations = np.array([4, 1, 2, 3, 1, 1, 5])  # pad, a, b, space, c, d, pad: 600 samples (25 ms) a frame
     words = clock.add(durations, loud(17))  # tokens: ab 0.1–0.175 s, cd 0.25–0.3 s; sounds 50 ms earlier
     assert [(w.word, w.start, w.end) for w in words] == [
-        ("ab", pytest.approx(10.05), pytest.approx(10.125)), ("cd", pytest.approx(10.2), pytest.approx(10.25)),
-    ]  # fmt: skip
+        ("ab", pytest.approx(10.05), pytest.approx(10.125)),
+        ("cd", pytest.approx(10.2), pytest.approx(10.25)),
+    ]
     assert clock.tokens == 5
     early = WordClock([WordSpan("a", 0, 1)], RATE).add(np.array([1, 2, 1]), loud(4))
     assert early == [WordTiming("a", 0.0, pytest.approx(0.025))]  # never before the audio starts

@@ -325,8 +325,14 @@ def _model_config(special: dict[str, int], eos_reachable: bool) -> dict:
 
 # --- the codec encoder's Hugging Face key layout (what Qwen3TTSSpeechTokenizer.sanitize maps by name) ---
 
-_SEANET_DIRECT = {"init_conv1d": 0, "layers.0.downsample": 3, "layers.1.downsample": 6,
-                  "layers.2.downsample": 9, "layers.3.downsample": 12, "final_conv1d": 14}
+_SEANET_DIRECT = {
+    "init_conv1d": 0,
+    "layers.0.downsample": 3,
+    "layers.1.downsample": 6,
+    "layers.2.downsample": 9,
+    "layers.3.downsample": 12,
+    "final_conv1d": 14,
+}
 _TRANSFORMER_NAMES = {
     "self_attn.out_proj.weight": "self_attn.o_proj.weight",
     "gating.linear1.weight": "mlp.fc1.weight",
@@ -344,13 +350,13 @@ def _encoder_to_hf(name: str, value):
     """MLX name/array of `encoder_model.*` -> list of (HF name, array) that sanitize turns back into it."""
     import mlx.core as mx
 
-    rest = name[len("encoder_model."):]
+    rest = name[len("encoder_model.") :]
     conv_t = (lambda v: v.swapaxes(-1, -2)) if value.ndim == 3 else (lambda v: v)
     if rest.startswith("encoder."):
-        rest = rest[len("encoder."):]
+        rest = rest[len("encoder.") :]
         for prefix, n in _SEANET_DIRECT.items():
             if rest.startswith(prefix + ".conv.conv."):
-                return [(f"encoder.encoder.layers.{n}.conv.{rest[len(prefix) + 11:]}", conv_t(value))]
+                return [(f"encoder.encoder.layers.{n}.conv.{rest[len(prefix) + 11 :]}", conv_t(value))]
         # layers.{L}.residuals.0.block.{C}.conv.conv.{weight|bias}
         parts = rest.split(".")
         assert parts[0] == "layers" and parts[2:4] == ["residuals", "0"] and parts[4] == "block", name
@@ -363,15 +369,19 @@ def _encoder_to_hf(name: str, value):
         base = f"encoder.encoder_transformer.layers.{i}."
         if tail == "self_attn.in_proj.weight":
             q, k, v = mx.split(value, 3, axis=0)
-            return [(base + "self_attn.q_proj.weight", q), (base + "self_attn.k_proj.weight", k),
-                    (base + "self_attn.v_proj.weight", v)]
+            return [
+                (base + "self_attn.q_proj.weight", q),
+                (base + "self_attn.k_proj.weight", k),
+                (base + "self_attn.v_proj.weight", v),
+            ]
         return [(base + _TRANSFORMER_NAMES[tail], value)]
     if rest.startswith("downsample.conv.conv."):
-        return [("encoder.downsample." + rest[len("downsample.conv.conv."):], conv_t(value))]
+        return [("encoder.downsample." + rest[len("downsample.conv.conv.") :], conv_t(value))]
     if rest.startswith("quantizer."):
         parts = rest.split(".")
-        group = {"rvq_first": "semantic_residual_vector_quantizer",
-                 "rvq_rest": "acoustic_residual_vector_quantizer"}[parts[1]]
+        group = {"rvq_first": "semantic_residual_vector_quantizer", "rvq_rest": "acoustic_residual_vector_quantizer"}[
+            parts[1]
+        ]
         if parts[2] in ("input_proj", "output_proj"):
             return [(f"encoder.quantizer.{group}.{parts[2]}.weight", conv_t(value))]
         # vq.layers.{i}.codebook.{embedding_sum|cluster_usage|initialized}

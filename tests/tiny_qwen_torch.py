@@ -41,7 +41,7 @@ from tiny_mlx_qwen3 import (
     _write_tokenizer,
 )
 
-from engines.qwen_import import CODEC_ENCODER_RENAMES, import_qwen_tts
+from engines.qwen.upstream import CODEC_ENCODER_RENAMES, import_qwen_tts
 
 SEED = 20240611
 OUTPUT_LAYER = "decoder.decoder.2.conv."

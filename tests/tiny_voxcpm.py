@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 from tiny_tokenizer import write_tokenizer
 
-from engines.voxcpm_import import import_voxcpm
+from engines.voxcpm.upstream import import_voxcpm
 
 SEED = 1234
 

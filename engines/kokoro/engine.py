@@ -1,0 +1,360 @@
+"""Kokoro-82M: one engine, two backends (PyTorch for CUDA/MPS hosts, ONNX Runtime on the CPU).
+
+Both backends share the G2P, the chunking, the voices (built-in packs, blends, uploaded packs) and the caches;
+they differ only in how a window of phoneme tokens and a style vector become audio. `auto` takes PyTorch when torch
+sees CUDA or MPS and ONNX Runtime otherwise, decided once when the engine first loads.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from pydantic import Field
+
+from engines.base import (
+    BlendVoice,
+    BuiltinVoice,
+    Engine,
+    EngineCaps,
+    EngineParams,
+    EngineSettings,
+    EngineSpec,
+    SynthesisOptions,
+    VoiceRef,
+)
+from engines.g2p import G2P, choose_english_route
+from engines.kokoro.stock_voices import StockVoices
+from engines.kokoro.voicepacks import mix, read_stored_pack
+from errors import InvalidInput, NotFound
+from gpu.runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
+from text.languages import Language, voice_gender, voice_language
+from text.normalize import normalize_english
+from voicebank.voice_entry import VoiceEntry
+
+if TYPE_CHECKING:
+    from settings import Settings
+from audio.word_timings import WordClock, WordTiming, align_words
+
+log = logging.getLogger("polytts.engines.kokoro")
+
+SAMPLE_RATE = 24_000
+MAX_TOKENS = 510
+ENGLISH = ("en-us", "en-gb")
+"""Languages whose text is normalized before G2P (normalize.py reads English)."""
+
+BackendName = Literal["torch", "onnx", "mlx"]
+
+
+class KokoroBackend(ABC):
+    """How phoneme tokens and a style vector become audio; the engine does everything else."""
+
+    name: BackendName
+    device: str
+
+    @property
+    @abstractmethod
+    def checkpoint(self) -> str | None: ...
+
+    @property
+    @abstractmethod
+    def footprint(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def loaded(self) -> bool: ...
+
+    @property
+    @abstractmethod
+    def vocab(self) -> dict[str, int]: ...
+
+    def preflight(self) -> None:
+        """Raise EngineLoadError when the weights cannot be had now (see Engine.preflight)."""
+
+    @abstractmethod
+    def load(self) -> None: ...
+
+    @abstractmethod
+    def unload(self) -> None: ...
+
+    def pack_names(self) -> list[str]:
+        """Voice packs that come with these weights (a model folder's `voices/`), listed without loading the
+        model; the stock packs come from engines/stock_voices.py on every backend."""
+        return []
+
+    def pack(self, name: str) -> np.ndarray:
+        """One of `pack_names()`, shape PACK_SHAPE (model loaded)."""
+        raise NotFound(f"Kokoro has no voice pack {name!r} with these weights", code="voice_not_found")
+
+    @abstractmethod
+    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+        """Audio for at most MAX_TOKENS tokens, and how many frames the model gave each token (int64, len(tokens) + 2
+        entries: the padding token at each end comes first and last; speed already applied)."""
+
+    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+        """Audio for at most MAX_TOKENS tokens."""
+        return self.infer_timed(tokens, style, speed)[0]
+
+    def memory(self) -> dict[str, int]:
+        """Device memory in use, for /health."""
+        return {}
+
+    def release(self) -> None:
+        """After each request (on the GPU thread): give cached device memory back."""
+
+    def describe(self) -> dict[str, object]:
+        return {}
+
+
+def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -> BackendName:
+    """`auto` takes MLX on the MLX runtime, PyTorch when torch sees a GPU (CUDA or MPS), else ONNX Runtime."""
+    if requested in ("torch", "onnx", "mlx"):
+        return requested  # type: ignore[return-value]
+    if mlx:
+        return "mlx"
+    return "torch" if accelerator else "onnx"
+
+
+class KokoroParams(EngineParams):
+    # Kokoro scales its predicted durations by 1/speed: every speed of OpenAI's range is native to it.
+    speed: float = Field(1.0, ge=0.25, le=4.0, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
+    normalize: bool = Field(
+        True,
+        description="Kokoro: read numbers, money, dates, times, units and abbreviations as words first (English; "
+        "default true).",
+    )
+
+
+class KokoroSettings(EngineSettings):
+    kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
+    """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
+    otherwise."""
+
+    kokoro_model: str = "hexgrad/Kokoro-82M"
+    """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
+    holding `config.json`, one `.pth` and `voices/*.pt`."""
+
+    kokoro_onnx_dir: Path | None = None
+    """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
+    Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
+
+    onnx_threads: int = Field(0, ge=0, le=256)
+    """ONNX Runtime intra-op threads; 0 uses every core."""
+
+    mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
+    """MLX runtime: Kokoro weights (hub id or local folder)."""
+
+
+class KokoroEngine(Engine):
+    name = "kokoro"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        *,
+        backend: str,
+        runtime: str,
+        onnx_dir: Path,
+        torch_model: str,
+        mlx_model: str = "",
+        mlx_cache_mb: int = 0,
+        threads: int = 0,
+        caps: EngineCaps,
+    ) -> None:
+        self.requested = backend
+        self.runtime = runtime
+        self.onnx_dir = onnx_dir
+        self.torch_model = torch_model
+        self.mlx_model = mlx_model
+        self.mlx_cache_mb = mlx_cache_mb
+        self.threads = threads
+        self.caps = caps
+        self.backend: KokoroBackend | None = None
+        # Deciding `auto` may need torch's view of the GPU; importing torch waits for the first load (bind first).
+        mlx = uses_mlx(runtime)
+        if backend != "auto" or mlx or not torch_installed():
+            self.backend = self._make_backend(choose_backend(backend, None, mlx))
+        self.g2p: G2P | None = None
+        self.stock = StockVoices()
+        self._voices: dict[str, np.ndarray] = {}
+
+    def _make_backend(self, name: BackendName) -> KokoroBackend:
+        if name == "onnx":
+            from engines.kokoro.onnx_backend import OnnxBackend
+
+            return OnnxBackend(self.onnx_dir, self.threads)
+        if name == "mlx":
+            from engines.kokoro.mlx_backend import MlxKokoroBackend
+
+            return MlxKokoroBackend(self.mlx_model, self.mlx_cache_mb)
+        from engines.kokoro.torch_backend import TorchBackend
+
+        return TorchBackend(self.torch_model, device=torch_device(self.runtime))
+
+    @property
+    def checkpoint(self) -> str | None:
+        return self.backend.checkpoint if self.backend else None
+
+    @property
+    def footprint(self) -> int:
+        return self.backend.footprint if self.backend else 0
+
+    @property
+    def loaded(self) -> bool:
+        return self.backend is not None and self.backend.loaded
+
+    def _chosen_backend(self) -> KokoroBackend:
+        if self.backend is None:
+            self.backend = self._make_backend(choose_backend(self.requested, torch_accelerator()))
+            log.info("Kokoro backend: %s (requested %s)", self.backend.name, self.requested)
+        return self.backend
+
+    def preflight(self) -> None:
+        self._chosen_backend().preflight()
+
+    def load(self) -> None:
+        self._chosen_backend().load()
+        self.stock.load_all()  # every stock pack read and checked against its sum once, here, off the request path
+        if self.g2p is None:  # chosen once, at the first load
+            self.g2p = G2P(choose_english_route())
+            log.info("Kokoro English G2P: %s", self.g2p.english)
+
+    def unload(self) -> None:
+        if self.backend is not None:
+            self.backend.unload()
+        self._voices = {}
+
+    def release(self) -> None:
+        if self.backend is not None:
+            self.backend.release()
+
+    def builtin_voices(self) -> list[BuiltinVoice]:
+        """The stock voices (on every backend, without loading), then packs that come with the weights."""
+        names = dict.fromkeys([*self.stock.names(), *(self.backend.pack_names() if self.backend else [])])
+        return [_builtin(name, self.name) for name in names]
+
+    def check_language(self, language: Language) -> None:
+        if language.g2p not in ("espeak", "ja", "zh"):
+            raise InvalidInput(f"Kokoro cannot speak {language.name}", code="unsupported_language")
+
+    def prepare_voice(self, voice: VoiceRef) -> np.ndarray:
+        """The style pack of a voice, resolved once (blends mixed once) and kept until unload."""
+        key = _voice_key(voice)
+        pack = self._voices.get(key)
+        if pack is None:
+            pack = self._voices[key] = self._resolve(voice)
+        return pack
+
+    def _resolve(self, voice: VoiceRef) -> np.ndarray:
+        assert self.backend is not None
+        if isinstance(voice, BuiltinVoice):
+            # A model folder's own pack wins over the stock one of the same name: it belongs to those weights.
+            own = voice.name in self.backend.pack_names()
+            return self.backend.pack(voice.name) if own else self.stock.pack(voice.name)
+        if isinstance(voice, BlendVoice):
+            return mix([(self.prepare_voice(part), weight) for part, weight in voice.parts])
+        if voice.engine != self.name or voice.pack_path is None:
+            raise InvalidInput(
+                f"voice {voice.voice_id} is a {voice.engine} voice, not a Kokoro pack", code="wrong_engine"
+            )
+        return read_stored_pack(voice.pack_path, voice.voice_id)
+
+    word_timings = True
+
+    def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
+        for audio, _ in self._spoken(text, voice, options, timed=False):
+            yield audio
+
+    def stream_timed(
+        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0
+    ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
+        """`stream` with word timings: each piece of audio comes with the words that end in it, in seconds of the
+        response's audio given `offset`, where this chunk's audio starts in it."""
+        return self._spoken(text, voice, options, timed=True, offset=offset)
+
+    def _spoken(
+        self, text: str, voice: object, options: SynthesisOptions, timed: bool, offset: float = 0.0
+    ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
+        assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
+        g2p, language, backend = self.g2p, options.language, self.backend
+        normalized = bool(options.params.get("normalize", True)) and language.code in ENGLISH
+        read = normalize_english if normalized else str
+        phonemes = g2p.phonemize(read(text), language)
+        clock = None
+        if timed:  # words as written, each read as the model reads it ("$4.50" spans all it is spoken as)
+            tokens = "".join(p for p in phonemes if p in backend.vocab)
+            spans = align_words(text, tokens, lambda word: g2p.phonemize(read(word), language))
+            clock = WordClock(spans, self.sample_rate, offset)
+        speed = float(options.params.get("speed", 1.0))
+        for window in self._token_windows(phonemes):
+            audio, durations = backend.infer_timed(window, voice[len(window) - 1], speed)
+            yield audio, clock.add(durations, audio) if clock is not None else []
+
+    def _token_windows(self, phonemes: str) -> Iterator[list[int]]:
+        """Token ids in windows of at most MAX_TOKENS, cut at the last space before the limit."""
+        assert self.backend is not None
+        vocab = self.backend.vocab
+        tokens = [vocab[p] for p in phonemes if p in vocab]
+        space = vocab.get(" ")
+        while tokens:
+            cut = len(tokens)
+            if cut > MAX_TOKENS:
+                spaces = [i for i, t in enumerate(tokens[:MAX_TOKENS]) if t == space]
+                cut = spaces[-1] + 1 if spaces else MAX_TOKENS
+            window, tokens = tokens[:cut], tokens[cut:]
+            if window:
+                yield window
+
+    def describe(self) -> dict[str, object]:
+        backend = self.backend
+        return {
+            "backend": backend.name if backend else f"{self.requested} (decided at first load)",
+            "device": backend.device if backend else "undecided",
+            "checkpoint": self.checkpoint,
+            "loaded": self.loaded,
+            "g2p": self.g2p.describe() if self.g2p else None,
+            "memory": backend.memory() if backend else {},
+            **(backend.describe() if backend else {}),
+        }
+
+
+def _builtin(name: str, engine: str) -> BuiltinVoice:
+    language = voice_language(name)
+    return BuiltinVoice(name, language.code if language else "unknown", engine, voice_gender(name))
+
+
+def _voice_key(voice: VoiceRef) -> str:
+    if isinstance(voice, VoiceEntry):
+        return f"pack:{voice.voice_id}@{voice.created_at}"
+    return voice.name
+
+
+def build(settings: Settings) -> KokoroEngine:
+    return KokoroEngine(
+        backend=settings.kokoro_backend,
+        runtime=settings.runtime,
+        onnx_dir=settings.kokoro_onnx_path,
+        torch_model=settings.kokoro_model,
+        mlx_model=settings.mlx_kokoro_model,
+        mlx_cache_mb=settings.mlx_cache_mb,
+        threads=settings.onnx_threads,
+        caps=EngineCaps(first_chunk_chars=settings.first_chunk_chars, max_chunk_chars=settings.chunk_chars),
+    )
+
+
+SPEC = EngineSpec(
+    family="kokoro",
+    clones_from_clip=False,
+    params=KokoroParams,
+    settings=KokoroSettings,
+    build=build,
+    accepts_packs=True,
+    accepts_instead=(
+        "a built-in voice pack by name (listed by GET /voices, e.g. 'af_heart'), a blend such as "
+        "'af_bella(2)+af_sky(1)', or an uploaded 'voice_pack' file (.pt, .npy, .npz or .safetensors)"
+    ),
+)

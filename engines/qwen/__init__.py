@@ -1,0 +1,1 @@
+"""Qwen3-TTS voice cloning: the engine on PyTorch, its MLX backend and the import of the upstream package."""

@@ -1,0 +1,105 @@
+"""Which device models run on, decided once, and the start-up refusal when a demanded GPU is missing.
+
+torch decides whether CUDA exists once, at import: a process started while the driver was reloading would serve on
+the CPU for days with every request "succeeding". So when the operator demands a GPU that torch cannot see, the
+server refuses to start, which is the one failure a supervisor makes visible.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import platform
+
+log = logging.getLogger("polytts.runtime")
+
+
+class RuntimeRefused(Exception):
+    """The demanded runtime is not available; the message says what to do."""
+
+
+def mlx_installed() -> bool:
+    return importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_audio") is not None
+
+
+def apple_silicon() -> bool:
+    return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+def uses_mlx(runtime: str) -> bool:
+    """Whether the engines run on MLX: asked for, or `auto` on Apple Silicon with mlx-audio installed."""
+    return runtime == "mlx" or (runtime == "auto" and apple_silicon() and mlx_installed())
+
+
+def torch_installed() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def torch_accelerator() -> str | None:
+    """ "cuda" or "mps" when torch is installed and sees that device, else None. Imports torch only if installed."""
+    if not torch_installed():
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return None
+
+
+def torch_device(runtime: str) -> str:
+    """The torch device for a runtime setting: the demanded one, the accelerator torch sees (auto), or cpu."""
+    if runtime in ("cuda", "mps", "cpu"):
+        return runtime if runtime != "cpu" and torch_accelerator() == runtime else "cpu"
+    return torch_accelerator() or "cpu"
+
+
+def torch_device_memory(device: str) -> dict[str, int]:
+    """What torch holds on a GPU device, for /health (nothing for the CPU). Imports torch: call only once loaded."""
+    if device == "cuda":
+        import torch
+
+        return {"cuda_allocated": torch.cuda.memory_allocated(), "cuda_reserved": torch.cuda.memory_reserved()}
+    if device == "mps":
+        import torch
+
+        return {"mps_allocated": torch.mps.current_allocated_memory()}
+    return {}
+
+
+def process_memory() -> dict[str, int]:
+    """This process's resident memory now (Linux) and at its peak, in bytes."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    memory = {"peak_rss_bytes": peak if platform.system() == "Darwin" else peak * 1024}
+    try:
+        with open("/proc/self/statm") as statm:
+            memory["rss_bytes"] = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no /proc (macOS): the peak is what there is
+        pass
+    return memory
+
+
+def check_runtime(runtime: str, allow_cpu: bool) -> None:
+    """Refuse to start when `runtime` demands a GPU that torch cannot see, unless the operator allows the CPU,
+    or MLX when mlx-audio is not installed."""
+    if runtime == "mlx" and not mlx_installed():
+        raise RuntimeRefused('POLYTTS_RUNTIME=mlx but mlx-audio is not installed: pip install "mlx-audio==0.6.2"')
+    if runtime not in ("cuda", "mps"):
+        return
+    found = torch_accelerator()
+    if found == runtime:
+        log.info("runtime %s: torch sees the device", runtime)
+        return
+    why = "torch is not installed" if not torch_installed() else f"torch sees {found or 'no GPU'}"
+    if allow_cpu:
+        log.warning("POLYTTS_RUNTIME=%s but %s; running on the CPU because POLYTTS_ALLOW_CPU is set", runtime, why)
+        return
+    raise RuntimeRefused(
+        f"POLYTTS_RUNTIME={runtime} but {why}; refusing to start rather than serve slowly on the CPU "
+        "(check the driver, or set POLYTTS_ALLOW_CPU=1 to run on the CPU anyway)"
+    )

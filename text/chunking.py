@@ -1,0 +1,476 @@
+"""Where text is cut into generations: sentence and clause splitting, chunking.
+
+Chunking decides where one generation ends and the next begins, and what silence belongs between them. A listener
+hears a chunk boundary as a pause, so boundaries go where a speaker would pause: after a sentence, else after a
+clause mark (comma, semicolon, colon, dash), and inside an unpunctuated phrase only when it is longer than a hard
+cap. `chunk_text` plans a whole text; `PhraseSegmenter` does the same for text that arrives a few words at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+# --- where text may be cut --------------------------------------------------------------------------------------
+
+Pause = Literal["none", "clause", "sentence", "paragraph"]
+"""The boundary that ends a chunk, strongest last; it says how much silence belongs after the chunk."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One generation's text and the boundary that ends it."""
+
+    text: str
+    pause: Pause
+
+
+_CLOSERS = "\"'”’»)\\]}」』）】〕〉》"
+_MARK = re.compile(
+    rf"(?P<stop>[.!?…]+)[{_CLOSERS}]*"
+    rf"|(?P<cjk_stop>[。！？]+)[{_CLOSERS}]*"
+    rf"|(?P<clause>[,;:、，；：]|—+|--+|–|(?<=\s)-(?=\s))[{_CLOSERS}]*"
+    r"|(?P<newline>\n)"
+)
+_SPACE = re.compile(r"\s*")
+_WORD = re.compile(r"[\w'’]*")
+_DOTTED = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)+")
+_LOOKBACK = 32
+"""How far back a full stop looks for the word it ends; also the context PhraseSegmenter keeps when it compacts."""
+
+# A full stop after one of these never ends a sentence on the same line ("Dr. Smith", "e.g. apples").
+_TITLES = frozenset(
+    "mr mrs ms mx dr prof rev hon gen col capt lt sgt cpl maj adm gov sen rep pres supt fr mt messrs mme mlle "
+    "e.g i.e cf vs viz approx".split()
+)
+# ... nor after one of these when a number follows ("No. 5", "Jan. 3", "p. 12").
+_BEFORE_NUMBERS = frozenset(
+    "no nos vol vols fig figs p pp ch chap sec art jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
+# ... and after one of these only when the next word is capitalised ("etc. The", but "Apple Inc. shares").
+_AMBIGUOUS = frozenset("etc inc ltd co corp jr sr st ave blvd rd esq bros al dept est ft".split())
+# Words that often open a sentence: after an ambiguous abbreviation, one of them means a new sentence began.
+_SENTENCE_OPENERS = frozenset(
+    "the a an this that these those it its he she we they i you my our your his her their there here then now "
+    "so but and or yet still also however meanwhile afterwards later today tomorrow yesterday in on at by for "
+    "from with after before during when while if as since because although though what who why how where which "
+    "one some many most all no yes not every each both another others everyone nobody nothing everything "
+    "thanks please let let's i'm it's that's there's we're they're you're he's she's".split()
+)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A clause of the text, by offsets: text[start:end], ended by `pause` ("none": the text simply stops)."""
+
+    start: int
+    end: int
+    pause: Pause
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _span(text: str, start: int, end: int) -> int:
+    """Length of text[start:end] as a chunk: whitespace runs collapsed."""
+    return len(_clean(text[start:end]))
+
+
+_WAIT = "wait"
+"""What a mark makes while the text after it is too short to decide (only ever at the end of the text)."""
+
+
+def _is_sentence_end(text: str, mark_start: int, stop: str, following: str, complete: bool) -> Pause | str | None:
+    """What a run of full stops, question or exclamation marks followed by a space ends: a sentence, a clause
+    (an ellipsis or a quoted question going on in lower case: `"Why?" she asked`), or nothing (an abbreviation).
+    `following` is the next word ("" at the end of the text), `complete` whether it may still grow."""
+    if not following:
+        return "sentence"
+    next_char = following[0]
+    lower_next = next_char.islower()
+    if "?" in stop or "!" in stop or "…" in stop or len(stop) > 1:
+        return "clause" if lower_next else "sentence"
+    begin = mark_start
+    while begin > max(0, mark_start - _LOOKBACK) and not text[begin - 1].isspace():
+        begin -= 1
+    word = text[begin:mark_start].lstrip("\"'“‘([{«¿¡").rstrip(_CLOSERS)
+    key = word.lower()
+    dotted = _DOTTED.fullmatch(key) is not None  # "u.s", "a.m", "ph.d"; not "3.14159"
+    abbreviation = key in _TITLES or key in _BEFORE_NUMBERS or key in _AMBIGUOUS or dotted
+    initial = len(word) == 1 and word.isupper()
+    if (abbreviation or initial) and lower_next:
+        return None
+    if key in _TITLES or initial:
+        return None
+    if key in _BEFORE_NUMBERS:
+        return None if next_char.isdigit() else "sentence"
+    if key == "st" and not _previous_word(text, begin)[:1].isupper():
+        return None  # "St. Louis" (saint); "Elm St. The" (street) is ambiguous like the rest
+    if key in _AMBIGUOUS or dotted:
+        # "in the U.S. The" ends a sentence, "the U.S. Army" does not: only a word that often opens a sentence
+        # counts as the start of the next one. A missed boundary costs a longer chunk; a false one, a broken phrase.
+        if not complete:
+            return _WAIT
+        return "sentence" if following.lower() in _SENTENCE_OPENERS else None
+    return "sentence"
+
+
+def _previous_word(text: str, before: int) -> str:
+    """The word before text[before:], looking back at most _LOOKBACK characters."""
+    floor = max(0, before - _LOOKBACK)
+    end = before
+    while end > floor and text[end - 1].isspace():
+        end -= 1
+    begin = end
+    while begin > floor and not text[begin - 1].isspace():
+        begin -= 1
+    return text[begin:end]
+
+
+def _mark_pause(text: str, match: re.Match[str], following: str, complete: bool, newlines: int) -> Pause | str | None:
+    """The boundary a punctuation mark makes, given the word after it; None when it makes none, _WAIT when the
+    word after it is still incomplete and matters."""
+    if newlines:
+        return "paragraph" if newlines > 1 else "sentence"
+    spaced = match.end() == len(text) or text[match.end()].isspace()
+    if match.group("stop"):
+        return _is_sentence_end(text, match.start(), match.group("stop"), following, complete) if spaced else None
+    if match.group("cjk_stop"):
+        return "sentence"
+    mark = match.group("clause")
+    if mark in ",;:":
+        return "clause" if spaced else None  # "1,234", "3:30"
+    if mark == "–" and match.start() > 0 and text[match.start() - 1].isdigit() and following[:1].isdigit():
+        return None  # a range: "1990–2000"
+    return "clause"
+
+
+def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], int]:
+    """Clause pieces of text[start:] whose ends are decided, and how far the text after them surely runs.
+
+    A mark is decided once the first non-space character after it is known (an abbreviation's full stop depends on
+    the next word's case; a paragraph on the blank line before it), after an ambiguous abbreviation once the whole
+    next word is, or at the end of the text when `final`. The scan stops at the first undecided mark, which can
+    only be near the end of the text; the open piece after the decided ones reaches at least to the end of that
+    mark (or of the text). With `final`, the text after the last mark becomes a piece ended by "none".
+    """
+    pieces: list[_Piece] = []
+    begin = _SPACE.match(text, start).end()  # type: ignore[union-attr]
+    pos = begin
+    while (match := _MARK.search(text, pos)) is not None:
+        after = _SPACE.match(text, match.end()).end()  # type: ignore[union-attr]
+        if after == len(text) and not final:
+            return pieces, match.end()
+        word_end = _WORD.match(text, after).end()  # type: ignore[union-attr]
+        following = text[after : max(word_end, min(after + 1, len(text)))]
+        newlines = text.count("\n", match.start() if match.group("newline") else match.end(), after)
+        pause = _mark_pause(text, match, following, final or word_end < len(text), newlines)
+        if pause == _WAIT:
+            return pieces, match.end()
+        if pause is None:
+            pos = match.end()
+            continue
+        end = match.start() if match.group("newline") else match.end()
+        pieces.append(_Piece(begin, end, pause))  # type: ignore[arg-type]
+        begin = pos = after
+    if not final:
+        return pieces, len(text.rstrip())
+    tail_end = len(text.rstrip())
+    if tail_end > begin:
+        pieces.append(_Piece(begin, tail_end, "none"))
+    return pieces, tail_end
+
+
+def _ends_sentence(piece: _Piece) -> bool:
+    return piece.pause in ("sentence", "paragraph")
+
+
+def _sentences(pieces: Sequence[_Piece]) -> list[list[_Piece]]:
+    sentences: list[list[_Piece]] = [[]]
+    for piece in pieces:
+        sentences[-1].append(piece)
+        if _ends_sentence(piece):
+            sentences.append([])
+    return [s for s in sentences if s]
+
+
+# Words a phrase may start with: a cut just before one of them falls where a speaker could pause.
+_CLAUSE_OPENERS = frozenset(
+    "and but or nor so yet because although though while whereas unless until since when whenever where wherever "
+    "which who whom whose that if whether then than as once after before".split()
+)
+_PREPOSITIONS = frozenset(
+    "with without for from into onto through over under about between during across against along among around "
+    "behind beyond by in on at to of near toward towards upon within like per via despite except".split()
+)
+# Words that bind to what follows: a cut right after one of them strands it ("the | kitchen").
+_BINDERS = frozenset(
+    "a an the my your his her its our their this these those some any no every each either neither such what "
+    "very too quite rather more most less least much many few several all both half to of in on at by for "
+    "with from into is are was were be been being am has have had do does did will would shall should can could "
+    "may might must not and or but nor".split()
+)
+
+
+def _word_key(word: str) -> str:
+    return word.strip(_CLOSERS + "\"'“‘([{«¿¡.,;:!?").lower()
+
+
+def _cut_score(previous: str, following: str) -> float:
+    if _word_key(previous) in _BINDERS:
+        return 0.6
+    key = _word_key(following)
+    if key in _CLAUSE_OPENERS:
+        return 0.0
+    if key in _PREPOSITIONS:
+        return 0.15
+    return 0.3
+
+
+def _natural_cut(text: str, start: int, end: int, cap: int, target: float, complete: bool) -> tuple[int, int] | None:
+    """Where to cut text[start:end], a phrase longer than the hard cap with no punctuation to cut at.
+
+    The head is at most `cap` characters. Among the word gaps that allow it, the cut goes to the one with the
+    lowest score: distance from `target` (as a fraction of `cap`) plus a cost for the words around it: 0 before a
+    conjunction or relative pronoun ("… | which …"), 0.15 before a preposition ("… | on the shelf"), 0.3 between
+    two content words, 0.6 after a word that binds to the next one (an article, a preposition, an auxiliary: never
+    "the | kitchen"). A phrase without any gap that short (one huge word, unspaced CJK) is cut at `cap` characters.
+    Returns (end of head, start of the rest), or None when the text seen so far cannot decide (not `complete`: the
+    word after the last candidate gap may still be growing).
+    """
+    best: tuple[float, int, int] | None = None
+    length = 0  # collapsed length of text[start:gap]
+    previous_end = start
+    words = re.finditer(r"\S+", text[start:end])
+    first = next(words, None)
+    if first is None:
+        return None
+    length = first.end() - first.start()
+    previous = first.group()
+    previous_end = start + first.end()
+    for word in words:
+        if length > cap:
+            break
+        if not complete and start + word.end() == end:
+            return None  # this word may still grow
+        score = _cut_score(previous, word.group()) + abs(length - target) / max(cap, 1)
+        if best is None or score <= best[0]:
+            best = (score, previous_end, start + word.start())
+        length += 1 + word.end() - word.start()
+        previous, previous_end = word.group(), start + word.end()
+    else:
+        if length <= cap and not complete:
+            return None
+    if best is not None:
+        return best[1], best[2]
+    cut = start + cap  # no gap within the cap: count characters (the phrase has no spaces to collapse before cap)
+    return cut, cut
+
+
+def _take(
+    text: str, pieces: list[_Piece], cap: int, hard: int, balanced: bool, open_last: bool = False
+) -> tuple[list[_Piece], list[_Piece]] | None:
+    """The head chunk of a sentence (or what is left of one) longer than `cap`, and the pieces after it.
+
+    Whole clauses are packed up to `cap`; a first clause longer than that is taken whole up to `hard`, and one
+    longer still is cut by `_natural_cut`, aiming at `cap` for the head or, when `balanced`, at equal parts.
+    `open_last`: the last piece is a clause still arriving (PhraseSegmenter), known to be at least this long;
+    None when the head depends on how it goes on.
+    """
+    count = 0
+    while count < len(pieces) and _span(text, pieces[0].start, pieces[count].end) <= cap:
+        count += 1
+    if count:
+        return pieces[:count], pieces[count:]
+    first = pieces[0]
+    still_open = open_last and len(pieces) == 1
+    length = _span(text, first.start, first.end)
+    if length <= hard:
+        return None if still_open else ([first], pieces[1:])
+    target = length / math.ceil(length / cap) if balanced else cap
+    cut = _natural_cut(text, first.start, first.end, cap, target, complete=not still_open)
+    if cut is None:
+        return None
+    head_end, rest_start = cut
+    return [_Piece(first.start, head_end, "none")], [_Piece(rest_start, first.end, first.pause), *pieces[1:]]
+
+
+def _chunk(text: str, pieces: Sequence[_Piece]) -> Chunk:
+    return Chunk(_clean(text[pieces[0].start : pieces[-1].end]), pieces[-1].pause)
+
+
+def _caps(first_chunk_chars: int, max_chunk_chars: int) -> tuple[int, int, int]:
+    """(first cap, hard cap of the first chunk, cap of every later chunk); 0 means unlimited.
+
+    The first chunk's hard cap is twice its cap (never above the later cap): time to first audio grows with the
+    first chunk's length, so a clause up to twice the target at worst doubles that wait once per request, a price
+    worth paying against a pause heard in the middle of a phrase; beyond it the wait is no longer "early" and the
+    phrase is cut at its most natural gap. Later chunks have one cap, the engine's: no generation may exceed it.
+    """
+    cap = max_chunk_chars or sys.maxsize
+    first = min(first_chunk_chars or cap, cap)
+    return first, min(2 * first, cap), cap
+
+
+def normalize_text(text: str) -> str:
+    """Collapse runs of spaces and tabs; keep a line break as a sentence boundary and one blank line as a
+    paragraph boundary."""
+    paragraphs = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
+    cleaned = ("\n".join(line for line in map(_clean, p.split("\n")) if line) for p in paragraphs)
+    return "\n\n".join(p for p in cleaned if p)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of the text; full stops of abbreviations, initials and decimals do not end one."""
+    text = normalize_text(text)
+    pieces, _ = _pieces(text, 0, final=True)
+    return [_chunk(text, sentence).text for sentence in _sentences(pieces)]
+
+
+def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sentences: int = 0) -> list[Chunk]:
+    """Split text into model-sized chunks that end where a speaker pauses; each says which pause ends it.
+
+    - The first chunk is the first sentence when it fits in `first_chunk_chars`, so the first audio comes early.
+      A longer first sentence gives its leading clauses (cut after a comma, semicolon, colon or dash) that fit; a
+      first clause longer than that is taken whole up to twice `first_chunk_chars` (see `_caps`), and only a
+      clause longer still is cut inside, at its most natural word gap (`_natural_cut`).
+    - Later chunks pack whole sentences up to `max_chunk_chars` characters and `max_sentences` sentences and never
+      run across a paragraph break; a sentence longer than the cap is split at clause marks the same way, and a
+      clause longer than the cap is cut into near-equal parts at natural gaps.
+    - Caps of 0 mean unlimited. Chunk texts have whitespace collapsed; joined, they give the normalized text back.
+    """
+    text = normalize_text(text)
+    pieces, _ = _pieces(text, 0, final=True)
+    sentences = _sentences(pieces)
+    if not sentences:
+        return []
+    first_cap, first_hard, cap = _caps(first_chunk_chars, max_chunk_chars)
+    first = sentences[0]
+    if _span(text, first[0].start, first[-1].end) <= first_cap:
+        head, rest = first, []
+    else:
+        head, rest = _take(text, first, first_cap, first_hard, balanced=False)  # type: ignore[misc]
+    chunks = [_chunk(text, head)]
+    current: list[_Piece] = []
+    count = 0
+    for sentence in [rest, *sentences[1:]] if rest else sentences[1:]:
+        if current and (
+            _span(text, current[0].start, sentence[-1].end) > cap
+            or (max_sentences and count >= max_sentences)
+            or current[-1].pause == "paragraph"
+        ):
+            chunks.append(_chunk(text, current))
+            current, count = [], 0
+        if _span(text, sentence[0].start, sentence[-1].end) <= cap:
+            current += sentence
+            count += 1
+            continue
+        while sentence:
+            if _span(text, sentence[0].start, sentence[-1].end) <= cap:
+                head, sentence = sentence, []
+            else:
+                head, sentence = _take(text, sentence, cap, cap, balanced=True)  # type: ignore[misc]
+            chunks.append(_chunk(text, head))
+    if current:
+        chunks.append(_chunk(text, current))
+    return chunks
+
+
+class PhraseSegmenter:
+    """Chunks for text that arrives a little at a time (an LLM's answer streamed in), by `chunk_text`'s rules.
+
+    `feed` returns each chunk as soon as it is decided: a whole sentence once it ends, or, while a sentence runs
+    past the cap, its leading clauses (the same cut `chunk_text` makes: clauses packed up to the cap, a first
+    clause kept whole up to the hard cap, a natural cut only beyond it). Unlike `chunk_text` it does not pack
+    several sentences into one chunk: that would hold a finished sentence back to wait for the next one. `flush`
+    speaks whatever is pending (at the end of the input, or after an idle pause). Chunks do not depend on how the
+    text was split into feeds: feeding it whole or a character at a time gives the same chunks.
+    """
+
+    def __init__(self, first_chunk_chars: int, max_chunk_chars: int) -> None:
+        self._first_cap, self._first_hard, self._cap = _caps(first_chunk_chars, max_chunk_chars)
+        self._text = ""
+        self._pos = 0
+        self._started = False
+
+    @property
+    def pending(self) -> str:
+        """Text received and not yet emitted in a chunk."""
+        return self._text[self._pos :]
+
+    def feed(self, text: str) -> list[Chunk]:
+        self._text += text
+        return self._emit(lambda: self._next(final=False))
+
+    def flush(self) -> list[Chunk]:
+        chunks = self._emit(lambda: self._next(final=True))
+        self._text, self._pos = "", 0
+        return chunks
+
+    def release(self) -> list[Chunk]:
+        """The complete clauses of the open sentence, packed up to the cap, as chunks now, instead of waiting for
+        the rest of the sentence to decide how to pack them: for a listener with nothing left to hear, a clause is
+        worth speaking the moment it is complete. The chunks then depend on when this is called."""
+        return self._emit(self._next_complete)
+
+    def _emit(self, decide: Callable[[], tuple[list[_Piece], int] | None]) -> list[Chunk]:
+        """Chunks while `decide` gives the next one (its pieces and where the text after it starts)."""
+        chunks: list[Chunk] = []
+        while (decided := decide()) is not None:
+            head, resume = decided
+            chunks.append(_chunk(self._text, head))
+            self._pos = resume
+            self._started = True
+        if self._pos > 4 * _LOOKBACK:  # keep only the context a full stop looks back at (its word and the one before)
+            keep = self._pos - 2 * _LOOKBACK
+            self._text, self._pos = self._text[keep:], self._pos - keep
+        return chunks
+
+    def _limits(self) -> tuple[int, int]:
+        """(cap, hard cap) of the next chunk: the first chunk's, or every later chunk's."""
+        return (self._cap, self._cap) if self._started else (self._first_cap, self._first_hard)
+
+    def _next_complete(self) -> tuple[list[_Piece], int] | None:
+        """The next chunk of the open sentence's complete clauses, packed up to the cap; None when none is."""
+        pieces, _ = _pieces(self._text, self._pos, final=False)
+        pieces = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), pieces)
+        taken = _take(self._text, pieces, *self._limits(), balanced=False) if pieces else None
+        if taken is None:
+            return None
+        head, _ = taken
+        return head, self._resume(head[-1].end)
+
+    def _next(self, final: bool) -> tuple[list[_Piece], int] | None:
+        """The next chunk and where the text after it starts, or None until more text decides it."""
+        text = self._text
+        cap, hard = self._limits()
+        pieces, floor = _pieces(text, self._pos, final)
+        sentence = next((pieces[: i + 1] for i, p in enumerate(pieces) if _ends_sentence(p)), None)
+        if sentence is None and final:
+            sentence = pieces
+        if sentence is not None:
+            if not sentence:
+                return None
+            if _span(text, sentence[0].start, sentence[-1].end) <= cap:
+                return sentence, self._resume(sentence[-1].end)
+            taken = _take(text, sentence, cap, hard, balanced=False)
+        else:
+            # The sentence is still open. Once what is known of it exceeds the cap it will be cut, and the cut is
+            # decided as soon as the clauses it depends on are: the open last clause counts by its length so far.
+            open_start = self._resume(pieces[-1].end if pieces else self._pos)
+            known = floor
+            if known <= open_start or _span(text, pieces[0].start if pieces else open_start, known) <= cap:
+                return None
+            taken = _take(text, [*pieces, _Piece(open_start, known, "none")], cap, hard, balanced=False, open_last=True)
+        if taken is None:
+            return None
+        head, _ = taken
+        return head, self._resume(head[-1].end)
+
+    def _resume(self, end: int) -> int:
+        return _SPACE.match(self._text, end).end()  # type: ignore[union-attr]

@@ -1,0 +1,333 @@
+"""What /openapi.json says beyond what FastAPI infers from the routes' signatures.
+
+Routes document their own answers with the helpers here: `errors(...)` for the error statuses a route decides (the
+`{code, message, detail?}` body, OpenAI's `{"error": {...}}` on /v1, `Retry-After` on 429 and 503), `audio(...)` for
+audio answers (every media type a `format` can pick, the `X-Sample-Rate`... headers), and `form_body`, `file_body`
+and `live_body` for the bodies routes read themselves. `install` adds, once, what every route shares: API keys (401),
+the fairness key and its 422, the JSON body limit (413) and unparsable bodies (400), and the text limit of this
+node's settings; FastAPI's own validation-error schema, which no answer has, is replaced by the service's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel, Field
+
+from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES, AudioFormat
+from web.http_errors import OPENAI_PREFIX
+
+Responses = dict[int | str, dict[str, Any]]
+
+COMPONENTS = "#/components/schemas/"
+BEARER = "bearerAuth"
+
+
+class ErrorBody(BaseModel):
+    """The body of every error the native API answers."""
+
+    code: str = Field(description="Stable and machine-readable, e.g. `voice_not_found`, `text_too_long`, `busy`.")
+    message: str = Field(description="What went wrong, for people.")
+    detail: Any = Field(
+        None,
+        description="More, where there is more: each field's problem of an `invalid_input` (422), the part of a "
+        "blend that is wrong.",
+    )
+
+
+class OpenAIError(BaseModel):
+    message: str
+    type: str = Field(description="`invalid_request_error`, `requests` (a rate limit) or `server_error`.")
+    param: str | None = Field(description="The request field at fault, where one is.")
+    code: str = Field(description="The service's stable code, as in the native API's error body.")
+
+
+class OpenAIErrorBody(BaseModel):
+    """The body of every error the /v1 routes answer, in OpenAI's shape."""
+
+    error: OpenAIError
+
+
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again (here, or on another node).",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"required": True, "schema": {"type": "string", "const": "Bearer"}}},
+    429: RETRY_AFTER,
+    503: RETRY_AFTER,
+}
+_WHY: dict[int, str] = {
+    400: "The body is not well-formed: multipart that does not parse (`malformed_multipart`), JSON that is not "
+    "UTF-8 (`bad_request`).",
+    401: "A valid API key is needed: `Authorization: Bearer <key>` (`unauthorized`). Only on a node with "
+    "POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set.",
+    403: "The key is valid but not an admin key (`admin_key_required`); only on a node with keys set.",
+    404: "What the request names is not here: the voice (`voice_not_found`), engine (`engine_not_found`) or model "
+    "(`model_not_found`).",
+    408: "The live request sent no message for POLYTTS_LIVE_IDLE_TIMEOUT_S (`live_idle_timeout`).",
+    409: "Conflicts with what is registered: the same voice id with another transcript (`voice_exists`; send "
+    "replace=true), or a built-in voice (`builtin_voice`).",
+    413: "Too large: text over POLYTTS_MAX_TEXT_CHARS once normalized, numbers spelled out (`text_too_long`), or a "
+    "body, file or part over its limit (`body_too_large`, `file_too_large`, `too_many_parts`, "
+    "`message_too_large`).",
+    415: "The body is not `multipart/form-data` (`expected_multipart`).",
+    422: "A value is invalid: `invalid_input` with each field's problem in `detail`, or a specific code "
+    "(`empty_text`, `unsupported_parameter`, `unsupported_language`, `invalid_blend`, ...). An X-Fairness-Key that "
+    "is not at most 64 printable characters is `invalid_fairness_key`.",
+    429: "At a configured bound (the engine's queue, this key's share): `busy` or a more specific code; retry after "
+    "Retry-After seconds.",
+    503: "Not now: the engine is loading or failed to load (`warming`, `engine_failed`), the node is draining "
+    "(`draining`), or uploads hold their memory budget (`uploads_busy`); retry after Retry-After seconds.",
+    507: "The disk is full: nothing was stored (`insufficient_storage`).",
+}
+
+
+def _error(status: int, openai: bool) -> dict[str, Any]:
+    body = OpenAIErrorBody if openai else ErrorBody
+    entry: dict[str, Any] = {
+        "description": _WHY[status],
+        "content": {"application/json": {"schema": {"$ref": COMPONENTS + body.__name__}}},
+    }
+    if status in _HEADERS:
+        entry["headers"] = _HEADERS[status]
+    return entry
+
+
+def errors(*statuses: int, openai: bool = False) -> Responses:
+    """`responses=` entries for the error statuses a route answers itself; `openai`: in OpenAI's shape."""
+    return {status: _error(status, openai) for status in statuses}
+
+
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_FORMATS_TEXT = (
+    "The `format` picks the encoding: pcm is raw s16le mono at X-Sample-Rate (application/octet-stream), wav "
+    "audio/wav, mp3 audio/mpeg, opus Ogg Opus (audio/ogg), aac ADTS (audio/aac), flac audio/flac."
+)
+_SPEECH_HEADERS: dict[str, dict[str, Any]] = {
+    "X-Sample-Rate": {"description": "Samples per second of the audio.", "schema": {"type": "integer", "minimum": 1}},
+    "X-Audio-Format": {
+        "description": "`s16le` for pcm, else the format's name.",
+        "schema": {"type": "string", "enum": ["s16le", *(f for f in AUDIO_FORMATS if f != "pcm")]},
+    },
+    "X-Channels": {"description": "Always 1 (mono).", "schema": {"type": "integer", "const": 1}},
+    "X-Engine": {"description": "The engine that speaks.", "schema": {"type": "string"}},
+    "X-Voice-Id": {"description": "The voice, as the engine's caches know it.", "schema": {"type": "string"}},
+    "X-Cache": {
+        "description": "`hit` when the audio came from the cache, without the GPU.",
+        "schema": {"type": "string", "enum": ["hit", "miss"]},
+    },
+}
+
+
+def _audio_content(default: AudioFormat) -> dict[str, Any]:
+    """A `content` map of every audio media type, `default`'s first (what an answer without `format` is)."""
+    formats = [default, *(fmt for fmt in AUDIO_FORMATS if fmt != default)]
+    return {MEDIA_TYPES[fmt]: _BINARY for fmt in formats}
+
+
+def audio(
+    default: AudioFormat,
+    description: str,
+    *,
+    more: Mapping[str, Any] | None = None,
+    model: type[BaseModel] | None = None,
+    always: Iterable[str] | None = None,
+) -> Responses:
+    """A 200 of audio, in `default` when the request names no format. `more`: further media types (an event stream,
+    captions); `model`: the schema of a JSON answer; `always`: the headers every answer has (all when None, the
+    others only with audio)."""
+    required = set(_SPEECH_HEADERS if always is None else always)
+    headers = {name: {**header, "required": name in required} for name, header in _SPEECH_HEADERS.items()}
+    entry: dict[str, Any] = {
+        "description": f"{description} {_FORMATS_TEXT}",
+        "content": {**_audio_content(default), **(more or {})},
+        "headers": headers,
+    }
+    if model is not None:
+        entry["model"] = model  # FastAPI adds its schema as application/json, and the model to the components
+    return {200: entry}
+
+
+SPEECH_EVENT = {
+    "description": "One server-sent event of `POST /v1/audio/speech` (OpenAI's speech events).",
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "required": ["type", "audio"],
+                        "properties": {
+                            "type": {"const": "speech.audio.delta"},
+                            "audio": {"type": "string", "contentEncoding": "base64"},
+                        },
+                    },
+                    {
+                        "type": "object",
+                        "required": ["type", "usage"],
+                        "properties": {
+                            "type": {"const": "speech.audio.done"},
+                            "usage": {
+                                "type": "object",
+                                "required": ["input_tokens", "output_tokens", "total_tokens"],
+                                "properties": {
+                                    name: {"type": "integer", "minimum": 0}
+                                    for name in ("input_tokens", "output_tokens", "total_tokens")
+                                },
+                            },
+                        },
+                    },
+                    {"$ref": COMPONENTS + "OpenAIErrorBody"},
+                ]
+            },
+        }
+    },
+}
+"""Usage counts input characters and output audio in 20 ms frames (openai_protocol.speech_usage)."""
+
+
+def file_answer(media_type: str, description: str) -> Responses:
+    """A 200 of one binary file of `media_type`."""
+    return {200: {"description": description, "content": {media_type: _BINARY}}}
+
+
+def file_body(media_type: str, description: str) -> dict[str, Any]:
+    """`openapi_extra` of a route that reads a whole binary body itself (not through a parameter)."""
+    return {"requestBody": {"required": True, "description": description, "content": {media_type: _BINARY}}}
+
+
+def form_body(form: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` of a route that reads a multipart form itself, part by part (`uploads.read_form`): each
+    field of `form` is a part, sent or left out (a part cannot be null)."""
+    schema = form.model_json_schema()
+    schema["properties"] = {name: _not_null(field) for name, field in schema["properties"].items()}
+    content = {"multipart/form-data": {"schema": schema}}
+    return {"requestBody": {"required": True, "description": schema.pop("description", ""), "content": content}}
+
+
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema without its null alternative: a parameter or a form part is a value or absent, never null."""
+    choices = [choice for choice in schema.get("anyOf", ()) if choice != {"type": "null"}]
+    if len(choices) != 1:
+        return schema
+    rest = {key: value for key, value in schema.items() if key not in ("anyOf", "default")}
+    return {**rest, **choices[0]}
+
+
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """Each field of `model` as an optional query parameter (for routes that validate their query themselves)."""
+    properties = model.model_json_schema()["properties"]
+    return [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "description": schema.get("description", ""),
+            "schema": _not_null(schema),
+        }
+        for name, schema in properties.items()
+    ]
+
+
+def live_body(options: type[BaseModel], message: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` of the streamed live route: its options as query parameters, and a body of JSON lines.
+
+    The body's schema is one line's, as event streams are described before OpenAPI 3.2: every line is a message,
+    and the first may carry the request's options instead of the query string."""
+    line = message.model_json_schema()
+    first = {**line, "properties": {**options.model_json_schema()["properties"], **line["properties"]}}
+    description = (
+        "Newline-delimited JSON, sent while it is written (a chunked body): each line one message. The first line "
+        f"may also carry the options (the query parameters' names). {message.__doc__}"
+    )
+    return {
+        "parameters": _query_parameters(options),
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {"application/x-ndjson": {"schema": first}},
+        },
+    }
+
+
+_FAIRNESS_KEY = {
+    "name": "X-Fairness-Key",
+    "in": "header",
+    "required": False,
+    "description": "On a node without API keys: whose share of the queue this request counts against (at most 64 "
+    "printable characters). With keys, the key's name is, and this header is ignored.",
+    "schema": {"type": "string", "maxLength": 64},
+}
+
+
+def install(
+    app: FastAPI, *, public: Callable[[str], bool], max_text_chars: int, text_fields: Mapping[str, str]
+) -> None:
+    """Have `app.openapi()` add what every route shares; `public` tells the paths answered without a key,
+    `text_fields` names the request fields (`{"TTSRequest": "text"}`) bounded by POLYTTS_MAX_TEXT_CHARS."""
+    built: dict[str, Any] = {}
+
+    def openapi() -> dict[str, Any]:
+        if not built:
+            built.update(_complete(FastAPI.openapi(app), public, max_text_chars, text_fields))
+        return built
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _complete(
+    schema: dict[str, Any], public: Callable[[str], bool], max_text_chars: int, text_fields: Mapping[str, str]
+) -> dict[str, Any]:
+    components = schema.setdefault("components", {})
+    models = components.setdefault("schemas", {})
+    for model in (ErrorBody, OpenAIErrorBody):
+        found = model.model_json_schema(ref_template=COMPONENTS + "{model}")
+        models.update(found.pop("$defs", {}))
+        models[model.__name__] = found
+    for model, field in text_fields.items():
+        models[model]["properties"][field]["maxLength"] = max_text_chars
+    components.setdefault("securitySchemes", {})[BEARER] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "Only on a node with POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set; every route but /health, "
+        "/ready, /metrics and the docs then needs a key.",
+    }
+    for path, operations in schema.get("paths", {}).items():
+        openai = path.startswith(OPENAI_PREFIX)
+        for operation in operations.values():
+            _shared(operation, openai, keyed=not public(path))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        models.pop(unused, None)
+    return schema
+
+
+def _shared(operation: dict[str, Any], openai: bool, keyed: bool) -> None:
+    responses = operation.setdefault("responses", {})
+    for status, entry in list(responses.items()):
+        if "HTTPValidationError" in str(entry):  # FastAPI's default 422: the service answers its own body
+            responses[status] = _error(int(status), openai)
+    for parameter in operation.get("parameters", ()):
+        parameter["schema"] = _not_null(parameter["schema"])
+    shared: list[int] = []
+    if keyed:
+        operation["security"] = [{BEARER: []}, {}]
+        operation.setdefault("parameters", []).append(_FAIRNESS_KEY)
+        shared += [401, 422]
+    body = operation.get("requestBody", {}).get("content", {})
+    if body:
+        shared.append(413)  # the service's body limit, and each upload route's own
+    if "application/json" in body:
+        shared.append(400)
+    for status in shared:
+        responses.setdefault(str(status), _error(status, openai))
+    operation["responses"] = dict(sorted(responses.items()))

@@ -1,0 +1,116 @@
+"""Who a request is: API keys (checked before anything else is read) and the fairness key a request counts against.
+
+With `POLYTTS_API_KEYS` set, every route but the public ones needs `Authorization: Bearer <key>`, and the key's
+name is the request's fairness key; a header cannot claim another identity. Without keys, the fairness key is the
+`X-Fairness-Key` header, else the anonymous key. A name grants nothing by itself: weights come from configuration.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from errors import InvalidInput, ServiceError, Unauthorized
+from web.http_errors import deny_websocket, error_response
+
+ANONYMOUS = "anonymous"
+MAX_FAIRNESS_KEY_CHARS = 64
+LIVE_SUBPROTOCOL = "polytts"
+"""The WebSocket subprotocol the live route accepts; a browser, which cannot set headers on a WebSocket, offers its
+key beside it as `bearer.<key in unpadded base64url>` (a subprotocol never appears in access logs, a query does)."""
+_KEY_SUBPROTOCOL = "bearer."
+
+
+@dataclass(frozen=True)
+class Identity:
+    principal: str
+    """The fairness key the request counts against."""
+    admin: bool
+    """Whether it may use the admin routes: it holds an admin key, or the node has no keys at all."""
+
+
+class ApiKeys:
+    """The configured keys, looked up in constant time: each is compared with `hmac.compare_digest`, so a response's
+    timing says nothing about how much of a guess was right. Admin keys work wherever an ordinary key does."""
+
+    def __init__(self, keys: Mapping[str, str], admin_keys: Mapping[str, str] | None = None) -> None:
+        self._keys = [(secret.encode(), name, False) for secret, name in keys.items()]
+        self._keys += [(secret.encode(), name, True) for secret, name in (admin_keys or {}).items()]
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def _lookup(self, token: str) -> Identity | None:
+        given = token.encode()
+        found = None
+        for secret, name, admin in self._keys:
+            if hmac.compare_digest(secret, given):  # no early exit: every key is compared
+                found = Identity(name, admin)
+        return found
+
+    def identify(self, headers: Headers, subprotocols: list[str] | None = None) -> Identity:
+        """Who a request is, or Unauthorized/InvalidInput; a WebSocket's key may come as a subprotocol."""
+        if self:
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            offered = [_subprotocol_key(p) for p in subprotocols or [] if p.startswith(_KEY_SUBPROTOCOL)]
+            if scheme.lower() != "bearer" and offered:
+                scheme, token = "bearer", offered[0]
+            identity = self._lookup(token.strip()) if scheme.lower() == "bearer" else None
+            if identity is None:
+                raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", code="unauthorized")
+            return identity
+        key = headers.get("x-fairness-key", "").strip()
+        if key and not (len(key) <= MAX_FAIRNESS_KEY_CHARS and key.isprintable()):
+            raise InvalidInput(
+                f"X-Fairness-Key must be at most {MAX_FAIRNESS_KEY_CHARS} printable characters",
+                code="invalid_fairness_key",
+            )
+        return Identity(key or ANONYMOUS, admin=True)
+
+
+def is_public(path: str, public: tuple[str, ...]) -> bool:
+    """Whether `path` is one of the `public` paths or lies under one."""
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in public)
+
+
+class Authenticate:
+    """ASGI middleware: decides a request's principal before any route reads its body, so an unauthenticated client
+    gets its 401 without the server parsing (or even receiving) what it sent. Public paths pass without a key; the
+    identity is None there when none was given."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys, public: tuple[str, ...], retry_after: float) -> None:
+        self.app = app
+        self.keys = keys
+        self.public = public
+        self.retry_after = retry_after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"))
+        except ServiceError as exc:
+            if scope["type"] == "websocket":  # refused before the handshake completes
+                await deny_websocket(exc, self.retry_after, scope, receive, send)
+                return
+            if not is_public(scope["path"], self.public):
+                await error_response(exc, self.retry_after, scope["path"])(scope, receive, send)
+                return
+            identity = None
+        scope.setdefault("state", {})["identity"] = identity
+        await self.app(scope, receive, send)
+
+
+def _subprotocol_key(subprotocol: str) -> str:
+    """The key inside `bearer.<unpadded base64url>` ("" when it does not decode)."""
+    encoded = subprotocol.removeprefix(_KEY_SUBPROTOCOL)
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return ""

@@ -1,0 +1,84 @@
+"""What routes get injected: the service, the request's principal, its speech context; and the route class of the
+speech routes, which counts a request whose body does not validate as a refused request of the lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from starlette.requests import HTTPConnection
+
+from errors import Forbidden, invalid_fields
+from lifecycle.service import Service
+from lifecycle.synthesis import RequestContext
+from web.auth import ANONYMOUS, Identity
+
+
+def get_service(connection: HTTPConnection) -> Service:
+    return connection.app.state.service  # type: ignore[no-any-return]
+
+
+def get_identity(connection: HTTPConnection) -> Identity | None:
+    """Who `auth.Authenticate` decided this request is (None on a public path asked without a valid key)."""
+    return connection.state.identity  # type: ignore[no-any-return]
+
+
+def get_principal(identity: Annotated[Identity | None, Depends(get_identity)]) -> str:
+    return identity.principal if identity is not None else ANONYMOUS
+
+
+def require_admin(identity: Annotated[Identity | None, Depends(get_identity)]) -> None:
+    if identity is None or not identity.admin:
+        raise Forbidden("this route needs an admin key (POLYTTS_ADMIN_KEYS)", code="admin_key_required")
+
+
+def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """An awaitable factory that returns once the client has gone away (the body is read by then)."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return disconnected
+
+
+def speech_context(request: Request, principal: Annotated[str, Depends(get_principal)]) -> RequestContext:
+    """A whole-file request: its answer is sent once it is complete."""
+    return RequestContext(
+        route=request.url.path.strip("/"),
+        principal=principal,
+        client=request.client.host if request.client else None,
+        disconnected=disconnect_watch(request),
+    )
+
+
+def stream_context(context: Annotated[RequestContext, Depends(speech_context)]) -> RequestContext:
+    """A streamed request: its audio is played as it arrives, so the scheduler keeps it ahead of its listener."""
+    context.streaming = True
+    return context
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+AdminOnly = Depends(require_admin)
+Principal = Annotated[str, Depends(get_principal)]
+SpeechContext = Annotated[RequestContext, Depends(speech_context)]
+StreamContext = Annotated[RequestContext, Depends(stream_context)]
+
+
+class SpeechRoute(APIRoute):
+    """A speech route: a body that does not validate is a refused request, logged and counted like the others."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def counted(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                get_service(request).synthesis.rejected(request.url.path.strip("/"), invalid_fields(exc.errors()))
+                raise
+
+        return counted

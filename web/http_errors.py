@@ -1,0 +1,117 @@
+"""The one mapping from errors onto HTTP responses: a JSON body `{"code", "message"}` with the right status.
+
+Everything that can go wrong (a domain error, a body that does not validate, an unknown route or method) becomes a
+`ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import Receive, Scope, Send
+
+from errors import ServiceError, StreamCut, invalid_fields
+from web.openai_protocol import service_error_body, validation_error_body
+
+log = logging.getLogger("polytts.errors")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+    426: "upgrade_required",
+}
+
+
+class HttpError(ServiceError):
+    """An error the web framework raised itself (unknown route, method not allowed), with its status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message, code=_STATUS_CODES.get(status, "http_error"))
+        self.status = status
+
+
+def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods of the resource a request's path names: those of every route with the path template of the first
+    route that matches it (the router's 405 names only that route's, so GET /voices hid POST /voices). The first
+    match decides, as it does for routing: /voices/bundle is not /voices/{voice_id}."""
+    contexts = iter_route_contexts(routes)
+    matching = [route for route in contexts if route.methods and route.matches(scope)[0] != Match.NONE]
+    if not matching:
+        return []
+    template = matching[0].path
+    return sorted({method for route in matching if route.path == template for method in route.methods or ()})
+
+
+OPENAI_PREFIX = "/v1/"
+"""Routes of the OpenAI surface answer errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`."""
+
+
+def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResponse:
+    if exc.status in (429, 503) and exc.retry_after is None:
+        exc.retry_after = retry_after
+    body = service_error_body(exc) if path.startswith(OPENAI_PREFIX) else exc.body()
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers())
+
+
+async def cut_on_failure(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A streamed body whose service error, once its status is sent, cuts the connection (StreamCut)."""
+    try:
+        async for chunk in body:
+            yield chunk
+    except ServiceError as exc:
+        raise StreamCut(f"{exc.code}: {exc.message}") from exc
+
+
+async def deny_websocket(exc: ServiceError, retry_after: float, scope: Scope, receive: Receive, send: Send) -> None:
+    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body, Retry-After) where the server
+    can send one (the ASGI `websocket.http.response` extension, which uvicorn has); else with a close, which the
+    client sees as a 403."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await error_response(exc, retry_after, scope["path"])(scope, receive, send)
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
+
+
+def install_error_handlers(app: FastAPI, retry_after: float) -> None:
+    """Map every error onto its JSON answer; 429 and 503 always carry Retry-After (`retry_after` by default)."""
+
+    async def on_service_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServiceError)
+        return error_response(exc, retry_after, request.url.path)
+
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        if request.url.path.startswith(OPENAI_PREFIX):
+            return JSONResponse(validation_error_body(exc.errors()), status_code=422)
+        return error_response(invalid_fields(exc.errors()), retry_after, request.url.path)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        headers = dict(exc.headers or {})
+        message = str(exc.detail)
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request.app.router.routes, request.scope))
+            message = f"{request.method} is not allowed here; this resource takes {headers['Allow']}"
+        response = error_response(HttpError(exc.status_code, message), retry_after, request.url.path)
+        response.headers.update(headers)
+        return response
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return JSONResponse({"code": "internal_error", "message": "internal server error"}, status_code=500)
+
+    app.add_exception_handler(ServiceError, on_service_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,331 @@
+"""Text streamed in, speech streamed out: one request whose text arrives while a language model writes it.
+
+The client sends messages (`{"text": ...}` appends, `{"flush": true}` speaks what is pending); each complete phrase
+is cut from the text as it arrives by the same rules as every other route (text.PhraseSegmenter: no break inside a
+phrase), and becomes one step of the request's job on the GPU thread, in order. While none of its phrases waits to
+be spoken, a clause is spoken as soon as it is complete; while some wait, clauses are packed as on the other routes.
+A job waiting for text is not ready: it holds no step of the GPU thread. A partial phrase pending for
+POLYTTS_LIVE_FLUSH_MS is spoken anyway; a request that sends nothing for POLYTTS_LIVE_IDLE_TIMEOUT_S ends with
+`live_idle_timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from audio.word_timings import Words
+from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
+from text.chunking import Chunk, PhraseSegmenter
+from web.protocol import LiveMessage, LiveOptions
+
+if TYPE_CHECKING:
+    from lifecycle.synthesis import RequestContext, Speech, SynthesisService
+
+log = logging.getLogger("polytts.live")
+
+MAX_LINE_BYTES = 128 * 1024
+"""Longest NDJSON line of a live request body."""
+
+
+class LiveIdle(ServiceError):
+    status = 408
+    code = "live_idle_timeout"
+
+
+class LiveText:
+    """The phrases of one live request: cut from text as it arrives (on the event loop), taken in order by the GPU
+    thread. `ready()` says whether the job has a step to take (a phrase, or the end of the text)."""
+
+    def __init__(self, segmenter: PhraseSegmenter, max_chars: int, wake: Callable[[], None]) -> None:
+        self._segmenter = segmenter
+        self._max_chars = max_chars
+        self._wake = wake
+        self._chunks: collections.deque[Chunk] = collections.deque()
+        self._closed = False
+        self._lock = threading.Lock()
+        self.chars = 0
+        self.taken: list[Chunk] = []
+        """Phrases the GPU thread has taken, in order (for the request's log line)."""
+
+    @property
+    def pending(self) -> bool:
+        """Text received that is not a phrase yet."""
+        return bool(self._segmenter.pending.strip())
+
+    def add(self, text: str) -> None:
+        self.chars += len(text)
+        if self.chars > self._max_chars:
+            raise PayloadTooLarge(
+                f"a live request may carry at most {self._max_chars} characters of text (POLYTTS_MAX_TEXT_CHARS)",
+                code="text_too_long",
+            )
+        chunks = self._segmenter.feed(text)
+        if not chunks and self._starved():
+            chunks = self._segmenter.release()
+        self._put(chunks)
+
+    def _starved(self) -> bool:
+        """Nothing of this request waits to be spoken: a complete clause goes now rather than wait for the rest of
+        its sentence to decide the packing (with phrases queued, packing costs the listener nothing)."""
+        with self._lock:
+            return not self._chunks
+
+    def flush(self) -> None:
+        self._put(self._segmenter.flush())
+
+    def close(self) -> None:
+        """The end of the text: what is pending is spoken, then the job ends."""
+        chunks = self._segmenter.flush()
+        with self._lock:
+            self._chunks.extend(chunks)
+            self._closed = True
+        self._wake()
+
+    def _put(self, chunks: list[Chunk]) -> None:
+        if chunks:
+            with self._lock:
+                self._chunks.extend(chunks)
+            self._wake()
+
+    def ready(self) -> bool:
+        with self._lock:
+            return bool(self._chunks) or self._closed
+
+    def take(self) -> tuple[Chunk, bool] | None:
+        """The next phrase and whether it is known to be the last; None once the text has ended."""
+        with self._lock:
+            if not self._chunks:
+                return None
+            chunk = self._chunks.popleft()
+            self.taken.append(chunk)
+            return chunk, self._closed and not self._chunks
+
+
+def message(data: dict[str, Any]) -> LiveMessage:
+    """One message, validated; a 422 that says what is wrong otherwise."""
+    try:
+        return LiveMessage.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(
+            f'a live message must be {{"text": ...}} or {{"flush": true}}: {exc}'[:300], code="invalid_message"
+        ) from None
+
+
+def options(query: dict[str, str], first: dict[str, Any] | None) -> LiveOptions:
+    """The request's options from its query string, or from its first message (which then carries no text)."""
+    given = {**query, **(first or {})}
+    try:
+        return LiveOptions.model_validate(given)
+    except ValidationError as exc:
+        raise invalid_fields(exc.errors(), "live request options: ") from None
+
+
+_MESSAGE_KEYS = frozenset(LiveMessage.model_fields)
+
+
+@dataclass
+class LiveSession:
+    """One live request under way: its speech, its text, and the tasks that read the client's messages into it."""
+
+    speech: Speech
+    text: LiveText
+    options: LiveOptions
+    feeder: asyncio.Task[None]
+    reader: asyncio.Task[None]
+
+    async def cancel_when_gone(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        """Once the request body has been read, cancel the synthesis when the client goes away (nobody else reads
+        the connection by then)."""
+        await asyncio.wait([self.reader])
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.speech.job is not None:
+            self.speech.job.cancel("client disconnected")
+
+    @property
+    def failure(self) -> ServiceError | None:
+        """Why the messages stopped early (a bad message, the idle limit, too much text), if they did."""
+        if self.feeder.done() and not self.feeder.cancelled() and isinstance(self.feeder.exception(), ServiceError):
+            return self.feeder.exception()  # type: ignore[return-value]
+        return None
+
+    async def close(self) -> None:
+        for task in (self.feeder, self.reader):
+            task.cancel()
+        await asyncio.gather(self.feeder, self.reader, return_exceptions=True)
+
+
+async def open_session(
+    synthesis: SynthesisService,
+    ctx: RequestContext,
+    query: dict[str, str],
+    raw: AsyncIterator[dict[str, Any]],
+    timed: bool | None,
+) -> LiveSession:
+    """Read the first message (which may carry the options instead of the query string), plan and admit the request,
+    and start feeding its text. Everything wrong before that is raised: the client still gets an error status."""
+    settings = synthesis.settings
+    inbox: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+    reader = asyncio.create_task(_pump(raw, inbox))
+    try:
+        first = await _next(inbox, settings.live_idle_timeout_s)
+        chosen = options(query, {key: value for key, value in (first or {}).items() if key not in _MESSAGE_KEYS})
+        # The first message is checked before the answer starts, so a wrong one still gets its error status.
+        head = message({key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS})
+        speech, text = await synthesis.speak_live(chosen, ctx, timed)
+    except BaseException:
+        reader.cancel()
+        raise
+
+    async def feed() -> None:
+        try:
+            ended = first is None or _apply(head, text)
+            while not ended:
+                item = await _next(inbox, settings.live_idle_timeout_s, text, settings.live_flush_ms / 1000)
+                ended = item is None or _apply(message(item), text)
+            text.close()
+        except ServiceError as exc:
+            log.info("live request ended early: %s", exc.message)
+            if speech.job is not None:
+                speech.job.cancel(f"{exc.code}: {exc.message}")
+            raise
+
+    return LiveSession(speech, text, chosen, asyncio.create_task(feed()), reader)
+
+
+def _apply(item: LiveMessage, text: LiveText) -> bool:
+    """Apply one message; returns whether it ended the text."""
+    if item.text:
+        text.add(item.text)
+    if item.flush:
+        text.flush()
+    return item.end
+
+
+async def _pump(
+    raw: AsyncIterator[dict[str, Any]], inbox: asyncio.Queue[dict[str, Any] | BaseException | None]
+) -> None:
+    """The client's messages into a queue, so that waiting for one with a timeout never cancels the reading."""
+    try:
+        async for item in raw:
+            await inbox.put(item)
+        await inbox.put(None)
+    except Exception as exc:  # handed to the feeder: a malformed body, a client gone  # noqa: BLE001
+        await inbox.put(exc)
+
+
+async def _next(
+    inbox: asyncio.Queue[dict[str, Any] | BaseException | None],
+    idle_timeout: float,
+    text: LiveText | None = None,
+    flush_after: float = 0.0,
+) -> dict[str, Any] | None:
+    """The next message, None at the end. A partial phrase pending for `flush_after` seconds is spoken meanwhile;
+    no message for `idle_timeout` seconds is LiveIdle."""
+    while True:
+        pending = text is not None and text.pending
+        try:
+            item = await asyncio.wait_for(inbox.get(), flush_after if pending else idle_timeout)
+        except TimeoutError:
+            if pending:
+                assert text is not None
+                text.flush()  # the producer paused mid-phrase: speak what there is
+                continue
+            raise LiveIdle(f"no message for {idle_timeout:g} s (POLYTTS_LIVE_IDLE_TIMEOUT_S)") from None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+async def json_objects(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a newline-delimited body as its bytes arrive; blank lines are skipped."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield _object(line)
+        if len(buffer) > MAX_LINE_BYTES:
+            raise PayloadTooLarge(f"a live message is longer than {MAX_LINE_BYTES} bytes", code="message_too_large")
+    if buffer.strip():
+        yield _object(buffer)
+
+
+def _object(raw: str | bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"a live message is not JSON: {exc}", code="invalid_message") from None
+    if not isinstance(value, dict):
+        raise InvalidInput("a live message is a JSON object", code="invalid_message")
+    return value
+
+
+async def serve_websocket(websocket: WebSocket, synthesis: SynthesisService, ctx: RequestContext) -> None:
+    """One live request over an accepted WebSocket: audio as binary frames, then `{"type": "done"}` once the text has
+    ended (`{"end": true}`) and all of it is spoken; `words` events after each phrase's audio where the engine times
+    words; `{"type": "error", "code", "message"}` and a close when something goes wrong."""
+    try:
+        session = await open_session(synthesis, ctx, dict(websocket.query_params), _ws_objects(websocket), timed=None)
+    except ClientDisconnected:
+        return
+    except ServiceError as exc:
+        await _refuse(websocket, exc)
+        return
+    fmt = session.options.format or "pcm"
+    speech = session.speech
+    try:
+        await websocket.send_json(
+            {
+                "type": "start",
+                "engine": speech.plan.engine.name,
+                "voice": speech.plan.voice_key,
+                "format": fmt,
+                "sample_rate": speech.plan.engine.sample_rate,
+            }
+        )
+        async with contextlib.aclosing(speech.encoded_events(fmt)) as events:
+            async for item in events:
+                if isinstance(item, Words):
+                    await websocket.send_json({"type": "words", "words": [word.public() for word in item.words]})
+                else:
+                    await websocket.send_bytes(item)
+        await websocket.send_json({"type": "done", "audio_seconds": round(speech.timings.audio_seconds(), 3)})
+        await websocket.close(1000)
+    except ServiceError as exc:
+        await _refuse(websocket, session.failure or exc)
+    except (
+        WebSocketDisconnect,
+        ClientDisconnected,
+        RuntimeError,
+    ):  # the client went away; RuntimeError: a send after it
+        pass
+    finally:
+        await session.close()
+
+
+async def _refuse(websocket: WebSocket, error: ServiceError) -> None:
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+        await websocket.send_json({"type": "error", "code": error.code, "message": error.message})
+        await websocket.close(1008 if error.status in (401, 403) else 1011 if error.status >= 500 else 1000)
+
+
+async def _ws_objects(websocket: WebSocket) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects a client sends over the WebSocket (text or binary frames)."""
+    while True:
+        received = await websocket.receive()
+        if received["type"] == "websocket.disconnect":
+            raise ClientDisconnected("the client closed the WebSocket")
+        yield _object(received.get("text") or received.get("bytes") or b"")

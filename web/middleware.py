@@ -1,0 +1,106 @@
+"""ASGI middleware: one access-log line per non-speech request, a bound on request bodies as they arrive, and a
+quiet end for streamed answers cut mid-way.
+
+Plain ASGI rather than BaseHTTPMiddleware, which would buffer streamed bodies and hide client disconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from errors import PayloadTooLarge, StreamCut
+from web.http_errors import error_response
+
+log = logging.getLogger("polytts.server")
+
+
+class CutStreams:
+    """Ends a request whose streamed body was cut (StreamCut) by returning with its response incomplete: the server
+    then closes the connection, and the failure's own log line is all the log holds of it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except StreamCut as exc:
+            log.debug("stream cut: %s", exc)
+
+
+class AccessLog:
+    """One log line per request with its status and time; the speech routes log their own, with audio timings."""
+
+    def __init__(self, app: ASGIApp, own_log: tuple[str, ...]) -> None:
+        self.app = app
+        self.own_log = own_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(self.own_log):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            log.info("%s %s %d %.3fs", scope["method"], scope["path"], status, time.perf_counter() - started)
+
+
+class BodyLimit:
+    """Refuse a request body over `limit` bytes with 413, from its Content-Length at once or while it arrives, so
+    nothing reads (or parses) more than the limit. Paths in `own_limits` bound their bodies themselves (uploads
+    count each file; a live text stream counts its text)."""
+
+    def __init__(self, app: ASGIApp, limit: int, own_limits: tuple[str, ...], retry_after: float) -> None:
+        self.app = app
+        self.limit = limit
+        self.own_limits = own_limits
+        self.retry_after = retry_after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.own_limits:
+            await self.app(scope, receive, send)
+            return
+        too_large = PayloadTooLarge(f"request body is larger than {self.limit} bytes", code="body_too_large")
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            await error_response(too_large, self.retry_after, scope["path"])(scope, receive, send)
+            return
+        received = 0
+        refused = False
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    refused = True
+                    # The route sees the body end here; its answer is replaced by the 413 below.
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                if not started:
+                    started = True
+                    await error_response(too_large, self.retry_after, scope["path"])(scope, receive, send)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)

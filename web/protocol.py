@@ -1,0 +1,189 @@
+"""Request and response models of the native HTTP API.
+
+The speech request's engine parameters come from the engine families (`EngineSpec.params`): each field is declared
+once, with its range and default, in its engine's module.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
+
+from audio.encoding import AudioFormat
+from audio.word_timings import CaptionFormat
+from engines import ENGINE_SPECS, FAMILIES
+from voicebank.registry import MAX_REF_TEXT_CHARS
+
+
+class VoiceFields(BaseModel):
+    """Who speaks and how: what every speech route takes besides its text (the engine's parameters are added from
+    the engine families)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    voice_id: str | None = Field(
+        None,
+        validation_alias=AliasChoices("voice_id", "voice"),
+        description="A registered voice id, a built-in voice name or a Kokoro blend; the server default when omitted.",
+    )
+    language: str | None = Field(
+        None,
+        description="ISO code, locale or English name, e.g. 'en', 'en-GB', 'Japanese'; when omitted, the voice's own "
+        "(a Kokoro voice's from its name, a registered voice's from its registration), else American English.",
+    )
+
+
+class SpeechFields(VoiceFields):
+    """The fields of `POST /tts` and `POST /tts/stream` that every engine takes."""
+
+    text: str = Field(
+        description="Text to speak. Longer than POLYTTS_MAX_TEXT_CHARS once normalized is a 413; text with nothing "
+        "to speak (no letter, digit or symbol) a 422 `empty_text`.",
+        # Documented, not validated here: the lifecycle refuses it with its own codes (empty_text, text_too_long),
+        # and the schema's maxLength is the node's setting (api_docs.install).
+        json_schema_extra={"minLength": 1},
+    )
+    max_chars_per_gen: int | None = Field(
+        None, ge=0, le=100_000, description="Cap on the characters of one generation; 0 is unlimited (engine default)."
+    )
+    max_sentences_per_gen: int | None = Field(
+        None, ge=0, le=1_000, description="Cap on the sentences of one generation; 0 is unlimited (engine default)."
+    )
+    format: AudioFormat | CaptionFormat | None = Field(
+        None,
+        description="Audio format: wav (the default of /tts), pcm (raw s16le, the default of /tts/stream), mp3, opus "
+        "(Ogg), aac (ADTS) or flac; on /tts also vtt or srt: captions timed by word (Kokoro voices).",
+    )
+    timestamps: bool = Field(
+        False,
+        description="/tts only (Kokoro voices): answer JSON with the audio (base64, in `format`) and `words`, each "
+        "{word, start, end} in seconds of the audio.",
+    )
+
+
+def _engine_fields() -> dict[str, Any]:
+    """Every family's parameter as an optional request field: omitted means the engine's default. A name that
+    several families declare keeps its range only where they agree (each family still checks its own)."""
+    declared: dict[str, list[FieldInfo]] = {}
+    for spec in ENGINE_SPECS:
+        for name, info in spec.params.model_fields.items():
+            declared.setdefault(name, []).append(info)
+    fields: dict[str, Any] = {}
+    for name, infos in declared.items():
+        first = infos[0]
+        agreed = all(info.annotation == first.annotation and info.metadata == first.metadata for info in infos)
+        annotation = first.annotation
+        if agreed and first.metadata:
+            annotation = Annotated[annotation, *first.metadata]
+        description = " ".join(info.description or "" for info in infos).strip()
+        fields[name] = (Optional[annotation], Field(None, description=description))  # noqa: UP045 - a runtime type
+    return fields
+
+
+TTSRequest = create_model(  # type: ignore[call-overload]
+    "TTSRequest",
+    __base__=SpeechFields,
+    __doc__="Body of `POST /tts` and `POST /tts/stream`.",
+    **_engine_fields(),
+)
+
+
+class LiveFields(VoiceFields):
+    """The options of a live request (`/tts/live`, `/tts/live/ws`): in the query string, or its first message."""
+
+    format: AudioFormat | None = Field(
+        None, description="Audio format (raw s16le pcm by default), as on the speech routes."
+    )
+
+
+LiveOptions = create_model(  # type: ignore[call-overload]
+    "LiveOptions",
+    __base__=LiveFields,
+    __doc__="The options of a live request: voice, language, format and the engine's parameters.",
+    **_engine_fields(),
+)
+
+
+class LiveMessage(BaseModel):
+    """One message of a live request: text to append, or a flush (speak what is pending now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = Field(None, max_length=65_536, description="Text to append.")
+    flush: bool = Field(False, description="Speak what is pending now, even an unfinished phrase.")
+    end: bool = Field(
+        False,
+        description="The text is complete: the rest is spoken, then the request ends (the end of an HTTP body "
+        "says the same).",
+    )
+
+
+ENGINE_PARAMS: tuple[str, ...] = tuple(
+    name for name in TTSRequest.model_fields if name not in SpeechFields.model_fields
+)
+"""Request fields that are generation parameters of some engine family; another family's is a 422."""
+
+
+# Documentation only: the route reads the form part by part as it arrives (routes.voices.registration_from_form).
+class VoiceForm(BaseModel):
+    """The multipart form of `POST /voices`: a reference clip (`audio`) and its engine, or a Kokoro `voice_pack`."""
+
+    audio: bytes | None = Field(
+        None,
+        description="Reference clip, any format libsndfile decodes, 0.5-60 s, at most POLYTTS_MAX_UPLOAD_BYTES; "
+        "a file part. One of audio or voice_pack is required.",
+    )
+    voice_pack: bytes | None = Field(
+        None,
+        description="Kokoro only, instead of audio: one float tensor of shape (510, 1, 256) as .pt, .npy, "
+        ".npz or .safetensors; a file part.",
+    )
+    engine: Literal[tuple(FAMILIES)] = Field(  # type: ignore[valid-type]
+        description="The engine the voice is for (kokoro takes a voice_pack, the others a clip)."
+    )
+    ref_text: str | None = Field(
+        None, max_length=MAX_REF_TEXT_CHARS, description="The clip's transcript; required unless x_vector_only_mode."
+    )
+    x_vector_only_mode: bool = Field(False, description="Clone timbre only: no transcript needed.")
+    seed_audio: bytes | None = Field(None, description="An optional tone seed clip (a file part).")
+    seed_text: str | None = Field(None, description="The seed clip's text; required with seed_audio.")
+    replace: bool = Field(False, description="Replace the transcript of a voice already registered under this id.")
+    language: str | None = Field(
+        None,
+        description="The language the voice speaks (ISO code, locale or English name); a request that names "
+        "none follows it.",
+    )
+
+
+class WordTimingView(BaseModel):
+    word: str
+    start: float = Field(description="Seconds from the start of the audio.")
+    end: float
+
+
+class TimedSpeech(BaseModel):
+    """`POST /tts` with `timestamps`: the audio and when each word is spoken."""
+
+    audio: str = Field(description="The audio in `format`, base64.", json_schema_extra={"contentEncoding": "base64"})
+    format: AudioFormat
+    sample_rate: int
+    words: list[WordTimingView]
+
+
+class ReadyState(BaseModel):
+    status: Literal["ready", "warming", "failed", "draining"]
+    reason: str | None = Field(
+        None, description="Why not ready; left out for a caller without a key on a node with keys."
+    )
+
+
+class VoiceCreated(BaseModel):
+    voice_id: str
+    created: bool
+    """False when the same registration already existed and nothing was written."""
+
+
+class UnloadResult(BaseModel):
+    unloaded: list[str]

@@ -1,0 +1,79 @@
+"""The OpenAI speech API, a second front on the same lifecycle: `POST /v1/audio/speech`, `GET /v1/models`,
+`GET /v1/audio/voices`. Only the request shape, the error shape and the default format differ from the native
+routes; voices, caches, scheduling, limits, timings and metrics are the same."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from audio.encoding import MEDIA_TYPES
+from web import api_docs
+from web.dependencies import ServiceDep, SpeechRoute, StreamContext
+from web.http_errors import cut_on_failure
+from web.openai_protocol import (
+    SSE_MEDIA_TYPE,
+    SpeechRequest,
+    models_list,
+    resolve_model,
+    resolve_voice,
+    speech_events,
+    speech_usage,
+    voices_list,
+)
+from web.protocol import TTSRequest
+
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=SpeechRoute)
+
+_SPEECH = api_docs.audio(
+    "mp3",
+    'The audio as it is made; with `stream_format: "sse"`, server-sent events instead, each `data:` one JSON '
+    "event: `speech.audio.delta` (base64 audio in `response_format`), then `speech.audio.done` with usage, or an "
+    "error that ends the stream.",
+    more={SSE_MEDIA_TYPE: {"schema": api_docs.SPEECH_EVENT}},
+)
+
+
+@router.post(
+    "/audio/speech",
+    response_class=StreamingResponse,
+    responses={**_SPEECH, **api_docs.errors(404, 413, 422, 429, 503, openai=True)},
+)
+async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:
+    ctx.engine = resolve_model(body.model, service.settings.default_engine, service.pool.engines)
+    native = TTSRequest(
+        text=body.input,
+        voice_id=resolve_voice(body.voice, service.openai_voices),
+        # Speed 1 is every engine's pace; any other speed goes to the engine, which refuses it if it has none.
+        speed=body.speed if body.speed != 1.0 else None,
+    )
+    speech = await service.synthesis.speak(native, ctx)
+    headers = speech.headers(body.response_format)
+    if body.instructions:  # no engine here takes a style prompt
+        headers["X-Ignored-Parameters"] = "instructions"
+    if body.stream_format == "sse":
+        usage = lambda: speech_usage(body.input, speech.timings.audio_seconds())  # noqa: E731 - read at the end
+        return StreamingResponse(
+            cut_on_failure(speech_events(speech.encoded(body.response_format), usage)),
+            media_type=SSE_MEDIA_TYPE,
+            headers=headers,
+        )
+    return StreamingResponse(
+        cut_on_failure(speech.encoded(body.response_format)),
+        media_type=MEDIA_TYPES[body.response_format],
+        headers=headers,
+    )
+
+
+@router.get("/models")
+async def models(service: ServiceDep) -> dict[str, Any]:
+    return models_list(service.pool.engines, service.settings.default_engine, int(service.started_at))
+
+
+@router.get("/audio/voices")
+async def voices(service: ServiceDep) -> dict[str, Any]:
+    builtins = (await asyncio.to_thread(service.catalog.builtins)).values()
+    return voices_list(builtins, service.registry.list(), service.openai_voices)

@@ -1,0 +1,156 @@
+"""The native speech routes: `POST /tts` (one file, WAV by default) and `POST /tts/stream` (audio as it is made, raw
+s16le PCM by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, WebSocket
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from audio.encoding import MEDIA_TYPES
+from audio.word_timings import captions
+from errors import InvalidInput, ServiceError
+from lifecycle.synthesis import RequestContext
+from web import api_docs
+from web.auth import ANONYMOUS, LIVE_SUBPROTOCOL
+from web.dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
+from web.http_errors import cut_on_failure, deny_websocket
+from web.live_transport import json_objects, open_session, serve_websocket
+from web.protocol import LiveMessage, LiveOptions, TimedSpeech, TTSRequest
+
+CAPTION_MEDIA_TYPES = {"vtt": "text/vtt; charset=utf-8", "srt": "application/x-subrip; charset=utf-8"}
+
+router = APIRouter(route_class=SpeechRoute, tags=["speech"])
+
+_SPEECH_ERRORS = api_docs.errors(404, 413, 422, 429, 503)
+_CAPTIONS = {media_type.split(";")[0]: {"schema": {"type": "string"}} for media_type in CAPTION_MEDIA_TYPES.values()}
+_FILE = api_docs.audio(
+    "wav",
+    "The whole audio; with `timestamps`, JSON with the audio and its word timings; with format vtt or srt, "
+    "captions (only X-Engine then).",
+    more=_CAPTIONS,
+    model=TimedSpeech,
+    always=["X-Engine"],
+)
+_STREAM = api_docs.audio("pcm", "The audio as it is made (a chunked body).")
+
+
+@router.post("/tts", response_class=Response, responses={**_FILE, **_SPEECH_ERRORS})
+async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Response:  # type: ignore[valid-type]
+    fmt = body.format or "wav"
+    captioned = fmt in CAPTION_MEDIA_TYPES
+    speech = await service.synthesis.speak(body, ctx, timed=body.timestamps or captioned)
+    audio = await speech.read("pcm" if captioned else fmt)
+    if captioned:
+        headers = {"X-Engine": speech.plan.engine.name, "Server-Timing": speech.timings.server_timing()}
+        return Response(captions(speech.words, fmt), media_type=CAPTION_MEDIA_TYPES[fmt], headers=headers)
+    headers = {**speech.headers(fmt), "Server-Timing": speech.timings.server_timing()}
+    if body.timestamps:
+        timed = TimedSpeech(
+            audio=base64.b64encode(audio).decode(),
+            format=fmt,
+            sample_rate=speech.plan.engine.sample_rate,
+            words=[word.public() for word in speech.words],
+        )
+        return JSONResponse(timed.model_dump(), headers=headers)
+    return Response(audio, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+@router.post("/tts/stream", response_class=StreamingResponse, responses={**_STREAM, **_SPEECH_ERRORS})
+async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:  # type: ignore[valid-type]
+    fmt = body.format or "pcm"
+    if fmt in CAPTION_MEDIA_TYPES or body.timestamps:
+        raise InvalidInput(
+            "word timings come with POST /tts or the live WebSocket, not a raw stream", code="timestamps_unsupported"
+        )
+    speech = await service.synthesis.speak(body, ctx)
+    return StreamingResponse(
+        cut_on_failure(speech.encoded(fmt)), media_type=MEDIA_TYPES[fmt], headers=speech.headers(fmt)
+    )
+
+
+@router.get("/engines")
+async def engines(service: ServiceDep) -> dict[str, Any]:
+    """Each engine this node runs, with the JSON schema of its per-request parameters (ranges and defaults)."""
+    return {"engines": service.engine_descriptions()}
+
+
+class DuplexStreamingResponse(StreamingResponse):
+    """A streamed response sent while its request body is still being read: unlike StreamingResponse it does not
+    read the connection itself to notice a disconnect (that would swallow the body); the body's reader does."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.stream_response(send)
+
+
+_LIVE: dict[str, Any] = {
+    "response_class": DuplexStreamingResponse,
+    "responses": {**_STREAM, **api_docs.errors(404, 408, 413, 422, 429, 503)},
+    "openapi_extra": api_docs.live_body(LiveOptions, LiveMessage),
+}
+
+
+@router.post("/tts/live", **_LIVE)
+@router.put("/tts/live", **_LIVE)  # curl -T .
+async def tts_live(request: Request, service: ServiceDep, principal: Principal) -> Response:
+    """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
+    complete; options in the query string or the first message."""
+    ctx = RequestContext(
+        route="tts/live", principal=principal, streaming=True, client=request.client.host if request.client else None
+    )
+    session = await open_session(
+        service.synthesis, ctx, dict(request.query_params), json_objects(request.stream()), timed=False
+    )
+    fmt = session.options.format or "pcm"
+
+    async def body() -> AsyncIterator[bytes]:
+        watcher = asyncio.create_task(session.cancel_when_gone(request.receive))
+        try:
+            async for chunk in session.speech.encoded(fmt):
+                yield chunk
+        except ServiceError:
+            # The client left, or one of its messages was wrong (logged): raw audio has no way to say more, so the
+            # answer ends with what was spoken. A failure of the server's own is raised, and cuts the connection.
+            if not (watcher.done() or session.failure):
+                raise
+        finally:
+            watcher.cancel()
+            await session.close()
+
+    return DuplexStreamingResponse(
+        cut_on_failure(body()), media_type=MEDIA_TYPES[fmt], headers=session.speech.headers(fmt)
+    )
+
+
+@router.get("/tts/live/ws", include_in_schema=False)
+async def tts_live_ws_over_http() -> Response:
+    """The WebSocket route asked without a handshake: 426 for a GET, and (the router's) 405 for other methods."""
+    raise HTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
+
+
+@router.websocket("/tts/live/ws")
+async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
+    """The live route for browsers and agents: JSON messages in; binary audio frames and JSON events out (`words`,
+    `done`, `error`). The API key comes as the subprotocol `bearer.<base64url key>` (or an Authorization header)."""
+    try:
+        service.synthesis.check_open()  # a draining node refuses the handshake: a balancer retries elsewhere
+    except ServiceError as exc:
+        await deny_websocket(
+            exc, service.settings.retry_after_seconds, websocket.scope, websocket.receive, websocket.send
+        )
+        return
+    offered = websocket.scope.get("subprotocols", [])
+    await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
+    identity = websocket.state.identity
+    ctx = RequestContext(
+        route="tts/live/ws",
+        principal=identity.principal if identity else ANONYMOUS,
+        streaming=True,
+        client=websocket.client.host if websocket.client else None,
+    )
+    await serve_websocket(websocket, service.synthesis, ctx)
