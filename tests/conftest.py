@@ -1,11 +1,8 @@
-"""Shared test helpers: real server processes on free ports, real audio clips."""
+"""Fixtures shared by every tier: the assembled default model, tiny real models built at test time, a server."""
 
 from __future__ import annotations
 
-import io
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,93 +12,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import soundfile as sf
 
-from audio.seams import MARGIN_SECONDS, PAUSE_SECONDS
-from text.chunking import Pause
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wav_clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16_000, fmt: str = "WAV") -> bytes:
-    """A real, decodable clip: a sine with a little noise so different parameters give different bytes."""
-    t = np.arange(int(seconds * rate)) / rate
-    rng = np.random.default_rng(int(freq * 1000 + seconds * 10))
-    samples = 0.3 * np.sin(2 * np.pi * freq * t) + 0.01 * rng.standard_normal(t.size)
-    buffer = io.BytesIO()
-    sf.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype="PCM_16")
-    return buffer.getvalue()
-
-
-def joined_samples(generations: int, samples: int, rate: int, pause: Pause = "sentence") -> int:
-    """The length of a response of `generations` model generations of `samples` each, audible from end to end (a
-    tiny random model's noise), as the seam joiner joins them: each seam is the pause, less the quiet margin the
-    next generation's onset would keep (it has none)."""
-    seam = round(PAUSE_SECONDS[pause] * rate) - round(MARGIN_SECONDS * rate)
-    return generations * samples + (generations - 1) * seam
-
-
-class ServerProcess:
-    """`python server.py` as its own process, configured through POLYTTS_* variables, spoken to over HTTP."""
-
-    def __init__(self, tmp: Path, **env: str) -> None:
-        self.port = free_port()
-        self.tmp = tmp
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.log_path = tmp / f"server-{self.port}.log"
-        self.env = {
-            **os.environ,
-            "POLYTTS_PORT": str(self.port),
-            "POLYTTS_HOST": "127.0.0.1",
-            "POLYTTS_VOICES_DIR": str(tmp / "voices"),
-            "POLYTTS_CACHE_DIR": str(tmp / "cache"),
-            "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
-            # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
-            "POLYTTS_QWEN_MODEL": "",
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def start(self, wait_ready: bool = True, timeout: float = 60.0) -> ServerProcess:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                status = httpx.get(self.url + "/health", timeout=2).json()["status"]
-                if not wait_ready or status != "warming":
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log()}")
-
-    def client(self, timeout: float = 120.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=timeout)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+from tests.support.clips import joined_samples, wav_clip
+from tests.support.servers import ROOT, ServerProcess, free_port
+from tests.support.tiny_kokoro import TINY_KOKORO_VOICES
 
 
 @pytest.fixture(scope="session")
@@ -110,9 +24,6 @@ def assembled_model() -> Path:
     from models.assemble import assemble
 
     return assemble(ROOT / "models" / "kokoro-82m-int8")
-
-
-TINY_KOKORO_VOICES = ("af_tiny", "am_tiny", "bf_tiny")
 
 
 @pytest.fixture(scope="session")
@@ -171,7 +82,7 @@ def tiny_kokoro(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path)
 @pytest.fixture(scope="session")
 def tiny_voxcpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny randomly initialised VoxCPM2 (48 kHz out), loadable by the package's own from_pretrained."""
-    from tiny_voxcpm import build_tiny_voxcpm
+    from tests.support.tiny_voxcpm import build_tiny_voxcpm
 
     return build_tiny_voxcpm(tmp_path_factory.mktemp("tiny-voxcpm"))
 
@@ -179,7 +90,7 @@ def tiny_voxcpm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qwen_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny randomly initialised Qwen3-TTS Base (24 kHz out), loadable by the package's own from_pretrained."""
-    from tiny_qwen_torch import build_tiny_qwen_torch
+    from tests.support.tiny_qwen_torch import build_tiny_qwen_torch
 
     return build_tiny_qwen_torch(tmp_path_factory.mktemp("tiny-qwen-torch"))
 
@@ -187,9 +98,9 @@ def tiny_qwen_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mlx_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random mlx-audio models (Kokoro, VoxCPM2, Qwen3-TTS) in the layouts `load_model` reads."""
-    from tiny_mlx_kokoro import build_tiny_mlx_kokoro
-    from tiny_mlx_qwen3 import build_tiny_qwen3_tts
-    from tiny_mlx_voxcpm import build_tiny_mlx_voxcpm
+    from tests.support.tiny_mlx_kokoro import build_tiny_mlx_kokoro
+    from tests.support.tiny_mlx_qwen3 import build_tiny_qwen3_tts
+    from tests.support.tiny_mlx_voxcpm import build_tiny_mlx_voxcpm
 
     root = tmp_path_factory.mktemp("tiny-mlx")
     return {

@@ -6,7 +6,7 @@ It runs for en-us and en-gb on every request, so it is one pass of one compiled 
 with the number words from `inflect`. It never raises: a token it cannot read stays as it was.
 
 Chosen over full normalization grammars (wetext's English FSTs, NeMo text processing) after judging them on the
-same table of cases (tests/test_normalize.py): wetext reads "$4.50" as "four point five dollars", "1,234" without
+same table of cases (tests/unit/test_normalize.py): wetext reads "$4.50" as "four point five dollars", "1,234" without
 its "one" and "1990s" as "one thousand nine hundred and ninety seconds", and leaves "e.g.", "etc." and "St." alone;
 NeMo is accurate but needs pynini and minutes of grammar compilation at start and tens of milliseconds a sentence.
 """

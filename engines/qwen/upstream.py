@@ -4,7 +4,7 @@ Transformers release pinned here (5.24.0, which VoxCPM needs).
 The package was ported against an earlier 5.x; four things it relies on changed since, and each would stop it from
 loading or generating. Each adapter below restores the package's own behaviour and nothing else; they are written
 for exactly the pinned pair (requirements-torch.txt, requirements-nodeps.txt) and must be revisited when either
-changes. tests/test_qwen.py loads a checkpoint through them and checks every weight arrives unchanged.
+changes. tests/unit/test_qwen.py loads a checkpoint through them and checks every weight arrives unchanged.
 
 1. `import qwen_tts` imports the 25 Hz speech tokenizer at the top, and with it pysox, torchaudio's Kaldi features
    and onnxruntime. The 12 Hz checkpoints (every Qwen3-TTS-12Hz-* model) never run that code, so pysox and

@@ -1,0 +1,385 @@
+"""The playground at /ui/: its files as served, and the page itself driven in a real Chromium against a real server.
+
+The browser tests read what the page did from its own state (`window.polytts.state`) and compare it with what the
+same request gives over plain HTTP; each one ends with no console errors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, Page
+
+from engines.kokoro.voicepacks import parse_blend
+from errors import InvalidInput
+from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_until
+from tests.support.servers import ServerProcess
+from web.routes.playground import PLAYGROUND_DIR
+
+SENTENCE = "The quick brown fox jumps over the lazy dog."
+STATE = "window.polytts.state"
+LOADED = "window.polytts && window.polytts.state.voices.length > 0"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser: Browser, server: ServerProcess) -> Iterator[tuple[Page, Console]]:
+    context = browser.new_context(viewport=LAPTOP, accept_downloads=True)
+    page = context.new_page()
+    console = Console(page)
+    page.goto(server.url + "/")
+    wait_until(page, LOADED, timeout=60)
+    yield page, console
+    context.close()
+
+
+def preferred_voice(page: Page) -> str:
+    """The stock default when this server lists it, else the Japanese pack every ONNX install has."""
+    ids = page.evaluate(f"{STATE}.voices.map(v => v.voice_id)")
+    return "af_heart" if "af_heart" in ids else "jf_alpha"
+
+
+def speak(page: Page, text: str) -> dict:
+    spoken = page.evaluate(f"{STATE}.spoken")
+    page.fill("#text", text)
+    page.click("#speak")
+    wait_until(page, f"{STATE}.spoken > {spoken} || {STATE}.phase === 'error'", timeout=180)
+    state = page.evaluate(f"({{...{STATE}, health: null, features: null, voices: null}})")
+    assert state["phase"] == "done", state["lastError"]
+    return state
+
+
+def http_samples(server: ServerProcess, body: dict) -> int:
+    response = httpx.post(server.url + "/tts/stream", json=body, timeout=180)
+    assert response.status_code == 200, response.text
+    return len(response.content) // 2
+
+
+# --- the files as served ------------------------------------------------------------------------------------------
+
+
+def referenced_assets(html: str) -> set[str]:
+    """The page's own files: what index.html links and what the modules import or load as a worklet."""
+    names = set(re.findall(r'(?:src|href)="([^"#:]+)"', html)) - {"../docs", "../redoc"}
+    for script in PLAYGROUND_DIR.glob("*.js"):
+        source = script.read_text()
+        names |= set(re.findall(r'from "\./([^"]+)"', source))
+        names |= set(re.findall(r'new URL\("([^"]+)", import\.meta\.url\)', source))
+    return names
+
+
+def test_root_redirects_to_the_page_and_its_files_are_served_with_their_types(client: httpx.Client) -> None:
+    for path in ("/", "/ui"):
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == 307
+        assert httpx.URL(client.base_url.join(path)).join(response.headers["location"]).path == "/ui/"
+    page = client.get("/ui/")
+    assert page.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert page.headers["cache-control"] == "no-cache"
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+
+    types = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+    assets = referenced_assets(page.text)
+    assert {"app.js", "playground.css", "pcm-worklet.js", "blend.js", "favicon.svg"} <= assets
+    assert assets <= {p.name for p in PLAYGROUND_DIR.iterdir()}
+    for name in assets:
+        response = client.get(f"/ui/{name}")
+        assert response.status_code == 200, name
+        assert response.headers["content-type"] == types[Path(name).suffix], name
+        assert response.headers["x-content-type-options"] == "nosniff"
+        again = client.get(f"/ui/{name}", headers={"If-None-Match": response.headers["etag"]})
+        assert again.status_code == 304, name
+
+
+def test_nothing_outside_the_folder_is_served(client: httpx.Client) -> None:
+    for path in ("/ui/missing.js", "/ui/..%2fserver.py", "/ui/%2e%2e/server.py", "/ui/..%5cserver.py"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json()["code"] == "not_found"
+    assert client.post("/ui/app.js").status_code == 405
+
+
+def test_the_page_loads_nothing_from_another_host() -> None:
+    for path in PLAYGROUND_DIR.iterdir():
+        urls = re.findall(r"\b(?:https?|wss?)://[^\s\"')]+", path.read_text())
+        assert urls in ([], ["http://www.w3.org/2000/svg"]), (path.name, urls)
+
+
+def test_the_page_is_not_in_the_api_schema(client: httpx.Client) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert not [p for p in paths if p == "/" or p.startswith(("/ui", "/docs", "/redoc"))]
+
+
+# --- the page in Chromium -----------------------------------------------------------------------------------------
+
+
+def test_speak_plays_the_sentence_as_it_streams(page: tuple[Page, Console], server: ServerProcess) -> None:
+    tab, console = page
+    voice = preferred_voice(tab)
+    tab.select_option("#voice", voice)
+    state = speak(tab, SENTENCE)
+
+    expected = http_samples(server, {"text": SENTENCE, "voice_id": voice})
+    assert expected > 0.5 * 24_000  # a real sentence, not a blip
+    assert state["transport"] == "http" and state["voiceId"] == voice and state["sampleRate"] == 24_000
+    assert state["samplesReceived"] >= expected
+    assert state["samplesScheduled"] >= expected
+    assert state["ttfaMs"] > 0 and state["totalMs"] >= state["ttfaMs"]
+    assert state["rtf"] == pytest.approx(state["totalMs"] / 1000 / state["audioSeconds"])
+    assert tab.is_visible("#metrics") and tab.inner_text("#m-rtf") == f"{state['rtf']:.2f}"
+
+    # The worklet plays it out (headless Chromium renders audio to a null sink in real time).
+    wait_until(tab, f"{STATE}.playback === 'drained'", timeout=60)
+    assert tab.evaluate(f"{STATE}.samplesPlayed") >= expected
+
+    with tab.expect_download() as download:
+        tab.click("#download-wav")
+    with wave.open(io.BytesIO(Path(download.value.path()).read_bytes())) as wav:
+        assert (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()) == (1, 2, 24_000)
+        assert wav.getnframes() == state["samplesReceived"]
+    screenshot(tab, "playground-laptop")
+    assert console.unexpected() == []
+
+
+def test_phone_width_fits_and_keyboard_speaks(browser: Browser, server: ServerProcess) -> None:
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    tab = context.new_page()
+    console = Console(tab)
+    tab.goto(server.url + "/ui/")
+    wait_until(tab, LOADED, timeout=60)
+    tab.select_option("#voice", preferred_voice(tab))
+    tab.fill("#text", SENTENCE)
+    tab.focus("#text")
+    tab.keyboard.press("Control+Enter")
+    wait_until(tab, f"{STATE}.spoken === 1 || {STATE}.phase === 'error'", timeout=180)
+    assert tab.evaluate(f"{STATE}.phase") == "done"
+    assert tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    screenshot(tab, "playground-phone")
+    assert console.unexpected() == []
+    context.close()
+
+
+def test_blend_formula_errors_show_inline_naming_the_part(page: tuple[Page, Console]) -> None:
+    tab, console = page
+    tab.fill("#blend", "af_heart(2)+af_bella(0)")
+    check = tab.locator("#blend-check")
+    assert check.inner_text() == "invalid blend part at index 1 'af_bella(0)': a weight must be a finite number above 0"
+    assert tab.get_attribute("#blend", "aria-invalid") == "true"
+    assert tab.evaluate(f"{STATE}.blendError") == {
+        "part": "af_bella(0)",
+        "index": 1,
+        "message": check.inner_text(),
+    }
+    tab.click("#speak")  # refused in the page: nothing is sent
+    assert "Fix the blend formula first" in tab.inner_text("#speak-error")
+    assert tab.evaluate(f"{STATE}.phase") == "idle"
+
+    tab.fill("#blend", "af_heart(2)+nobody")
+    assert check.inner_text() == "invalid blend part at index 1 'nobody': no Kokoro voice 'nobody' on this server"
+
+    tab.fill("#blend", "af_heart(3)+af_bella(1)")
+    assert check.inner_text() == "OK: af_heart 75.0 % + af_bella 25.0 %"
+    assert tab.get_attribute("#blend", "aria-invalid") is None
+    state = speak(tab, "Blended.")
+    assert state["voiceId"] == "af_heart(3)+af_bella(1)" and state["samplesScheduled"] > 0
+    assert console.unexpected() == []
+
+
+BLEND_CASES = [
+    "",
+    "  ",
+    "af_a",
+    "a+b",
+    "a(2)+b(1)",
+    "a(1e+1)+b",
+    "a( 2 )",
+    "a (2)",
+    "a\t(2)",
+    "\u3000a\u3000",
+    "a(.5)+b(5.)",
+    "a(+3)+b",
+    "a(0)",
+    "a(-1)",
+    "a(x)",
+    "a(1e400)",
+    "a(1e-400)",
+    "a+a",
+    "a++b",
+    "+a",
+    "a+",
+    "a(2",
+    "a)2(",
+    "a(1)(2)",
+    "bad name(1)",
+    "a" * 64,
+    "a" * 65,
+    "a+b+c+d+e+f+g+h",
+    "a+b+c+d+e+f+g+h+i",
+    "a(1)+b(2)+c(3)",
+    "é(1)",
+    "a()",
+    "a(1,5)",
+    "a.b-c_d(2.5e0)",
+    "x(1e308)+y(1e308)",
+    "b" * 150 + "(2)",
+    "a+" + "é" * 120,
+]
+
+
+def test_the_page_parses_blends_exactly_as_the_server(page: tuple[Page, Console]) -> None:
+    tab, console = page
+    found = tab.evaluate(
+        """cases => cases.map(formula => {
+            try { return {parts: window.polytts.parseBlend(formula).map(p => [p.name, p.weight])}; }
+            catch (e) { return {error: e.message, part: e.part, index: e.index}; }
+        })""",
+        BLEND_CASES,
+    )
+    for formula, js in zip(BLEND_CASES, found, strict=True):
+        try:
+            parts = parse_blend(formula)
+        except InvalidInput as exc:
+            assert js == {"error": exc.message, **exc.detail}, formula
+        else:
+            assert [name for name, _ in js["parts"]] == [p.name for p in parts], formula
+            assert [w for _, w in js["parts"]] == pytest.approx([p.weight for p in parts], rel=1e-12), formula
+    assert console.unexpected() == []
+
+
+@pytest.fixture
+def voice_pack(tmp_path: Path, assembled_model: Path) -> Path:
+    """A valid pack that no built-in voice is: jf_alpha's tensor with a little noise, as .npy."""
+    with np.load(assembled_model / "voices.npz") as packs:
+        pack = packs["jf_alpha"]
+    noisy = pack + np.random.default_rng(7).normal(0, 0.01, pack.shape).astype(np.float32)
+    path = tmp_path / "my_voice.npy"
+    np.save(path, noisy)
+    return path
+
+
+def test_upload_a_voice_pack_speak_with_it_then_delete_it(
+    page: tuple[Page, Console], server: ServerProcess, voice_pack: Path
+) -> None:
+    tab, console = page
+    tab.set_input_files("#pack-file", str(voice_pack))
+    tab.click("#pack-submit")
+    status = wait_until(tab, "document.getElementById('add-status').textContent.includes('It is selected')", 60)
+    assert status
+    voice_id = tab.input_value("#voice")
+    assert re.fullmatch(r"[0-9a-f]{16}", voice_id)
+    listed = tab.evaluate(f"{STATE}.voices.find(v => v.voice_id === '{voice_id}')")
+    assert listed["engine"] == "kokoro" and listed["kind"] == "pack" and listed["builtin"] is False
+    assert tab.evaluate("document.activeElement.id") == "speak"
+
+    state = speak(tab, SENTENCE)
+    assert state["voiceId"] == voice_id
+    assert state["samplesScheduled"] >= http_samples(server, {"text": SENTENCE, "voice_id": voice_id})
+
+    tab.once("dialog", lambda dialog: dialog.accept())
+    tab.click("#delete-voice")
+    wait_until(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
+    assert httpx.get(f"{server.url}/voices/{voice_id}").status_code == 404
+    assert f"Deleted voice {voice_id}" in tab.inner_text("#add-status")
+    assert console.unexpected() == []
+
+
+def test_record_a_clip_with_the_microphone_and_register_it(page: tuple[Page, Console], server: ServerProcess) -> None:
+    tab, console = page
+    engines = tab.evaluate("[...document.getElementById('clip-engine').options].map(o => o.value)")
+    if "voxcpm" not in engines:
+        pytest.skip(f"no engine on this server clones from a clip (offered: {engines})")
+    tab.click("#record")
+    wait_until(tab, "document.getElementById('record').getAttribute('aria-pressed') === 'true'", timeout=30)
+    tab.wait_for_timeout(1500)  # the clip's length (Chromium's fake microphone beeps), not a wait for state
+    tab.click("#record")
+    wait_until(tab, "!document.getElementById('clip-preview').hidden", timeout=30)
+    tab.fill("#clip-transcript", "A beep from the fake microphone.")
+    tab.select_option("#clip-engine", "voxcpm")
+    tab.click("#clip-submit")
+    wait_until(tab, "document.getElementById('add-status').textContent.includes('It is selected')", timeout=60)
+
+    voice_id = tab.input_value("#voice")
+    stored = httpx.get(f"{server.url}/voices/{voice_id}").json()
+    assert stored["engine"] == "voxcpm" and stored["kind"] == "clip"
+    assert stored["ref_text"] == "A beep from the fake microphone."
+    assert 1.0 <= stored["duration_s"] <= 10.0
+    assert tab.inner_text("#params-legend") == "voxcpm parameters"  # the new voice's engine's parameters
+
+    tab.once("dialog", lambda dialog: dialog.accept())
+    tab.click("#delete-voice")
+    wait_until(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
+    assert console.unexpected() == []
+
+
+def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(
+    browser: Browser, tmp_path: Path, assembled_model: Path
+) -> None:
+    keyed = ServerProcess(tmp_path, POLYTTS_API_KEYS=json.dumps({"s3cret-key": "tester"})).start()
+    try:
+        context = browser.new_context(viewport=LAPTOP)
+        tab = context.new_page()
+        console = Console(tab)
+        sent: list[str | None] = []
+        # GET /engines is the page's first request that needs a key (its parameter schemas; /health is public).
+        tab.on("request", lambda r: sent.append(r.headers.get("authorization")) if r.url.endswith("/engines") else None)
+        tab.goto(keyed.url + "/ui/")
+        wait_until(tab, "document.getElementById('key-dialog').open", timeout=60)
+        tab.fill("#key-input", "wrong")
+        tab.click("#key-form button[value=save]")
+        wait_until(tab, "document.getElementById('key-reason').textContent === 'That key was not accepted.'", 30)
+        wait_until(tab, "document.getElementById('key-dialog').open", timeout=30)
+        tab.fill("#key-input", "s3cret-key")
+        tab.keyboard.press("Enter")
+        wait_until(tab, LOADED, timeout=60)
+
+        assert sent == [None, "Bearer wrong", "Bearer s3cret-key"]
+        assert tab.evaluate("sessionStorage.getItem('polytts.apiKey')") == "s3cret-key"
+        assert tab.evaluate("localStorage.length") == 0 and context.cookies() == []
+        assert tab.is_visible("#key-status")
+        # Only the two refused requests may show up in the console (Chromium logs every 4xx load).
+        assert console.unexpected("status of 401") == []
+        context.close()
+    finally:
+        keyed.stop()
+
+
+def test_health_strip_shows_engines_and_queue(page: tuple[Page, Console]) -> None:
+    tab, console = page
+    wait_until(tab, "document.getElementById('status-summary').dataset.state === 'ready'", timeout=30)
+    assert tab.inner_text("#status-summary") == "Ready: kokoro on cpu"
+    assert "kokoro: ready (onnx, cpu), resident" in tab.locator("#engines li").all_inner_texts()
+    assert re.fullmatch(r"Queue: \d+ running, \d+ waiting \(\d+ characters\)", tab.inner_text("#queue"))
+    assert console.unexpected() == []
+
+
+def test_a_failed_engine_is_shown_with_its_reason(browser: Browser, tmp_path: Path) -> None:
+    broken = ServerProcess(tmp_path, POLYTTS_KOKORO_ONNX_DIR=str(tmp_path / "no-model")).start()
+    try:
+        context = browser.new_context(viewport=LAPTOP)
+        tab = context.new_page()
+        console = Console(tab)
+        tab.goto(broken.url + "/ui/")
+        wait_until(tab, "document.getElementById('status-summary').dataset.state === 'failed'", timeout=60)
+        reason = httpx.get(broken.url + "/health").json()["engines"]["kokoro"]["reason"]
+        assert reason
+        assert tab.inner_text("#status-summary").startswith("Failed: ")
+        kokoro = tab.locator("#engines li[data-state=failed]")
+        assert kokoro.inner_text().startswith("kokoro: failed") and reason in kokoro.inner_text()
+        assert console.unexpected() == []
+        context.close()
+    finally:
+        broken.stop()

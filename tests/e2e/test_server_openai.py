@@ -1,0 +1,191 @@
+"""The OpenAI speech API end to end: the official `openai` client against a real server on the Kokoro ONNX model."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import httpx
+import openai
+import pytest
+
+from tests.support.servers import ServerProcess
+
+SENTENCE = "The quick brown fox jumps over the lazy dog."
+LONG = " ".join(
+    f"This is sentence number {i} of a long answer that the client plays while it is made." for i in range(8)
+)
+VOICE = "af_heart"
+KEYED = {"Authorization": "Bearer sk-good"}  # /health shows load only to a key, on a node with keys
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(
+        tmp_path_factory.mktemp("openai"),
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_API_KEYS='{"sk-good": "openai-client"}',
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(node: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=node.url + "/v1", api_key="sk-good", max_retries=0, timeout=120)
+
+
+def decoded_seconds(data: bytes) -> float:
+    """The duration of encoded audio, decoded with PyAV (FFmpeg)."""
+    with av.open(io.BytesIO(data)) as container:
+        samples = rate = 0
+        for frame in container.decode(audio=0):
+            samples += frame.samples
+            rate = frame.sample_rate
+    return samples / rate
+
+
+def pcm_seconds(node: ServerProcess, text: str) -> float:
+    response = httpx.post(node.url + "/tts/stream", json={"text": text, "voice": VOICE}, headers=KEYED, timeout=120)
+    return len(response.content) / 2 / int(response.headers["x-sample-rate"])
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_every_format_decodes_to_the_length_of_the_pcm(client: openai.OpenAI, node: ServerProcess, fmt: str) -> None:
+    audio = client.audio.speech.create(model="tts-1", voice=VOICE, input=SENTENCE, response_format=fmt)  # type: ignore[arg-type]
+    expected = pcm_seconds(node, SENTENCE)
+    if fmt == "pcm":
+        seconds = len(audio.content) / 2 / 24_000
+        assert audio.response.headers["x-sample-rate"] == "24000"
+    else:
+        seconds = decoded_seconds(audio.content)
+    assert seconds == pytest.approx(expected, rel=0.1), fmt
+    assert audio.response.headers["content-type"].startswith(
+        {
+            "mp3": "audio/mpeg",
+            "opus": "audio/ogg",
+            "aac": "audio/aac",
+            "flac": "audio/flac",
+            "wav": "audio/wav",
+            "pcm": "application/octet-stream",
+        }[fmt]
+    )
+
+
+def test_streaming_response_gets_bytes_while_generation_runs(client: openai.OpenAI, node: ServerProcess) -> None:
+    running_at_first_bytes = None
+    total = 0
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice=VOICE, input=LONG, response_format="mp3"
+    ) as response:
+        for chunk in response.iter_bytes():
+            if running_at_first_bytes is None:
+                health = httpx.get(node.url + "/health", headers=KEYED, timeout=10).json()
+                running_at_first_bytes = health["inflight"]["running"]
+            total += len(chunk)
+    assert running_at_first_bytes == 1  # the synthesis was still under way when the first bytes arrived
+    assert total > 10_000
+
+
+def test_sse_yields_deltas_then_done(client: openai.OpenAI, node: ServerProcess) -> None:
+    events = []
+    with client.audio.speech.with_streaming_response.create(
+        model="gpt-4o-mini-tts", voice=VOICE, input=SENTENCE, response_format="pcm", stream_format="sse"
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: ") :]))
+    kinds = [event["type"] for event in events]
+    assert kinds[-1] == "speech.audio.done" and set(kinds[:-1]) == {"speech.audio.delta"} and len(kinds) > 1
+    pcm = b"".join(base64.b64decode(event["audio"]) for event in events[:-1])
+    assert len(pcm) / 2 / 24_000 == pytest.approx(pcm_seconds(node, SENTENCE), rel=0.02)
+    assert events[-1]["usage"]["input_tokens"] == len(SENTENCE)
+
+
+def test_a_wrong_key_is_the_clients_authentication_error(node: ServerProcess) -> None:
+    wrong = openai.OpenAI(base_url=node.url + "/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        wrong.audio.speech.create(model="tts-1", voice=VOICE, input=SENTENCE)
+    assert caught.value.code == "unauthorized"
+
+
+def test_unknown_voice_and_model_are_not_found_with_useful_messages(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as voice:
+        client.audio.speech.create(model="tts-1", voice="no_such_voice", input=SENTENCE)
+    assert voice.value.code == "voice_not_found" and "no_such_voice" in voice.value.message
+    with pytest.raises(openai.NotFoundError) as model:
+        client.audio.speech.create(model="tts-9", voice=VOICE, input=SENTENCE)  # type: ignore[arg-type]
+    assert model.value.code == "model_not_found" and "tts-1" in model.value.message and "kokoro" in model.value.message
+    with pytest.raises(openai.UnprocessableEntityError) as speed:
+        client.audio.speech.create(model="tts-1", voice=VOICE, input=SENTENCE, speed=9)
+    assert speed.value.body["param"] == "speed"  # type: ignore[index]
+
+
+def test_speed_instructions_and_the_object_voice(client: openai.OpenAI, node: ServerProcess) -> None:
+    normal = decoded_seconds(
+        client.audio.speech.create(model="kokoro", voice=VOICE, input=SENTENCE, response_format="wav").content
+    )
+    fast = client.audio.speech.create(
+        model="kokoro",
+        voice={"id": VOICE},
+        input=SENTENCE,
+        response_format="wav",
+        speed=2.0,  # type: ignore[arg-type]
+        instructions="Speak cheerfully.",
+    )
+    assert decoded_seconds(fast.content) < 0.7 * normal
+    assert fast.response.headers["x-ignored-parameters"] == "instructions"
+
+
+def test_models_and_voices_lists(client: openai.OpenAI, node: ServerProcess) -> None:
+    ids = [model.id for model in client.models.list()]
+    assert ids[:3] == ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"] and "kokoro" in ids
+    voices = httpx.get(node.url + "/v1/audio/voices", headers=KEYED).json()
+    by_id = {voice["id"]: voice for voice in voices["data"]}
+    assert by_id[VOICE]["kind"] == "builtin" and by_id[VOICE]["language"] == "en-us"
+    assert by_id["alloy"]["kind"] == "openai" and by_id["alloy"]["maps_to"]
+
+
+def test_openai_requests_share_the_lifecycle(client: openai.OpenAI, node: ServerProcess) -> None:
+    client.audio.speech.create(model="tts-1", voice=VOICE, input="Counted once.", response_format="mp3")
+    again = client.audio.speech.create(model="tts-1", voice=VOICE, input="Counted once.", response_format="opus")
+    assert again.response.headers["x-cache"] == "hit"  # the cache keeps PCM: a hit serves any format
+    metrics = httpx.get(node.url + "/metrics").text
+    assert 'polytts_requests_total{engine="kokoro",outcome="ok",route="v1/audio/speech"}' in metrics
+    assert "v1/audio/speech outcome=ok" in node.log()
+
+
+def test_an_abandoned_stream_frees_the_gpu_thread(client: openai.OpenAI, node: ServerProcess) -> None:
+    stop = threading.Event()
+
+    def listen_briefly() -> None:
+        with client.audio.speech.with_streaming_response.create(model="tts-1", voice=VOICE, input=LONG * 2) as response:
+            next(response.iter_bytes())
+        stop.set()
+
+    listener = threading.Thread(target=listen_briefly)
+    listener.start()
+    listener.join(120)
+    assert stop.is_set()
+    deadline = time.monotonic() + 60
+    while httpx.get(node.url + "/health", headers=KEYED).json()["inflight"]["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert httpx.get(node.url + "/health", headers=KEYED).json()["inflight"]["running"] == 0
+
+
+def test_a_client_that_leaves_an_encoded_event_stream_leaves_the_node_up(node: ServerProcess) -> None:
+    """The client goes away while the stream's encoder runs on a worker thread: closing the encoder waits for that
+    step (FFmpeg crashed the process when the container was freed under a running AAC encode)."""
+    body = {"model": "tts-1", "voice": "alloy", "input": LONG, "response_format": "aac", "stream_format": "sse"}
+    for _ in range(4):
+        with httpx.stream("POST", node.url + "/v1/audio/speech", json=body, timeout=120, headers=KEYED) as response:
+            assert response.status_code == 200
+            next(response.iter_bytes())
+    assert httpx.get(node.url + "/health", timeout=10).json()["status"] == "ready"

@@ -1,0 +1,88 @@
+"""Browser tests' plumbing: Debian's Chromium driven by Playwright (no browser download), console watching, polling.
+
+The tests skip, saying how to install it, where /usr/bin/chromium is absent (`apt-get install -y chromium`; CI's
+.ci/run does it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+LAPTOP = {"width": 1366, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+    # A fake microphone (a beep) that needs no permission prompt, for the recording test.
+    "--use-fake-device-for-media-stream",
+    "--use-fake-ui-for-media-stream",
+]
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"browser tests need Chromium at {CHROMIUM}: `apt-get install -y chromium` (Debian/Ubuntu) and run again; "
+            "Playwright drives it through executable_path, no browser download"
+        )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class Console:
+    """Every console error and uncaught exception of a page, for the test to assert there were none."""
+
+    def __init__(self, page: Page) -> None:
+        self.errors: list[str] = []
+        page.on("console", self._on_console)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def _on_console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"{message.text} ({message.location.get('url', '')})")
+
+    def unexpected(self, *allowed: str) -> list[str]:
+        """The errors that contain none of the `allowed` fragments."""
+        return [e for e in self.errors if not any(fragment in e for fragment in allowed)]
+
+
+def wait_until(page: Page, expression: str, timeout: float = 120.0) -> Any:
+    """Poll a JavaScript expression until it is truthy (through evaluate: the page's CSP forbids the eval that
+    Playwright's wait_for_function uses)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true after {timeout}s: {expression}")
+        time.sleep(0.05)
+
+
+def screenshot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

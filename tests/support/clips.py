@@ -1,0 +1,29 @@
+"""Real audio for tests: decodable clips, and the length the seam joiner gives a response."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import soundfile as sf
+
+from audio.seams import MARGIN_SECONDS, PAUSE_SECONDS
+from text.chunking import Pause
+
+
+def wav_clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16_000, fmt: str = "WAV") -> bytes:
+    """A real, decodable clip: a sine with a little noise so different parameters give different bytes."""
+    t = np.arange(int(seconds * rate)) / rate
+    rng = np.random.default_rng(int(freq * 1000 + seconds * 10))
+    samples = 0.3 * np.sin(2 * np.pi * freq * t) + 0.01 * rng.standard_normal(t.size)
+    buffer = io.BytesIO()
+    sf.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def joined_samples(generations: int, samples: int, rate: int, pause: Pause = "sentence") -> int:
+    """The length of a response of `generations` model generations of `samples` each, audible from end to end (a
+    tiny random model's noise), as the seam joiner joins them: each seam is the pause, less the quiet margin the
+    next generation's onset would keep (it has none)."""
+    seam = round(PAUSE_SECONDS[pause] * rate) - round(MARGIN_SECONDS * rate)
+    return generations * samples + (generations - 1) * seam
