@@ -1,6 +1,6 @@
-// The Kokoro blend grammar, checked in the browser as the user types. It follows engines/voicepacks.py
-// `parse_blend` rule for rule and message for message (tests/test_playground.py compares the two), so what the
-// page accepts the server accepts, and an error names the same part.
+// The Kokoro blend grammar, checked in the browser as the user types. It follows the server's `parse_blend`
+// (engines/kokoro/) rule for rule and message for message (tests/e2e/test_playground.py compares the two), so
+// what the page accepts the server accepts, and an error names the same part.
 
 const MAX_PARTS = 8;
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jsonschema
 import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page
 
-from engines.kokoro.voicepacks import parse_blend
+from engines.kokoro.blends import parse_blend
 from errors import InvalidInput
 from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_until
 from tests.support.servers import ServerProcess
@@ -95,6 +96,7 @@ def test_root_redirects_to_the_page_and_its_files_are_served_with_their_types(cl
     types = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
     assets = referenced_assets(page.text)
     assert {"app.js", "playground.css", "pcm-worklet.js", "blend.js", "favicon.svg"} <= assets
+    assert {"speak.js", "voices.js", "params.js", "page.js"} <= assets  # speaking and voices in modules of their own
     assert assets <= {p.name for p in PLAYGROUND_DIR.iterdir()}
     for name in assets:
         response = client.get(f"/ui/{name}")
@@ -117,6 +119,16 @@ def test_the_page_loads_nothing_from_another_host() -> None:
     for path in PLAYGROUND_DIR.iterdir():
         urls = re.findall(r"\b(?:https?|wss?)://[^\s\"')]+", path.read_text())
         assert urls in ([], ["http://www.w3.org/2000/svg"]), (path.name, urls)
+
+
+def test_what_the_page_reads_from_engines_is_documented(client: httpx.Client) -> None:
+    schema = client.get("/openapi.json").json()
+    answer = schema["paths"]["/engines"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/EngineCatalog"}
+    body = client.get("/engines").json()
+    jsonschema.validate(body, {**answer, "components": schema["components"]})
+    assert {"name": "British English", "code": "en-gb"} in body["languages"]
+    assert len({language["code"] for language in body["languages"]}) == len(body["languages"])
 
 
 def test_the_page_is_not_in_the_api_schema(client: httpx.Client) -> None:
@@ -171,6 +183,25 @@ def test_phone_width_fits_and_keyboard_speaks(browser: Browser, server: ServerPr
     screenshot(tab, "playground-phone")
     assert console.unexpected() == []
     context.close()
+
+
+def test_the_parameters_and_languages_shown_are_the_servers(page: tuple[Page, Console], server: ServerProcess) -> None:
+    tab, console = page
+    described = httpx.get(server.url + "/engines").json()
+    kokoro = next(engine for engine in described["engines"] if engine["name"] == "kokoro")
+    speed = kokoro["parameters"]["properties"]["speed"]
+    assert (speed["minimum"], speed["maximum"]) == (0.25, 4)
+    tab.select_option("#voice", preferred_voice(tab))
+    assert tab.inner_text("#params-legend") == "kokoro parameters"
+    slider = tab.locator("#param-speed")
+    assert slider.get_attribute("type") == "range"
+    assert (float(slider.get_attribute("min") or "nan"), float(slider.get_attribute("max") or "nan")) == (0.25, 4)
+    assert float(slider.input_value()) == pytest.approx(speed["default"])
+
+    languages = tab.evaluate("[...document.getElementById('language').options].map(o => [o.value, o.text])")
+    assert languages == [["", "Server default"], *([lang["code"], lang["name"]] for lang in described["languages"])]
+    assert ["ja", "Japanese"] in languages
+    assert console.unexpected() == []
 
 
 def test_blend_formula_errors_show_inline_naming_the_part(page: tuple[Page, Console]) -> None:

@@ -16,12 +16,13 @@ from audio.encoding import MEDIA_TYPES
 from audio.word_timings import captions
 from errors import InvalidInput, ServiceError
 from lifecycle.synthesis import RequestContext
+from text.languages import LANGUAGES
 from web import api_docs
 from web.auth import ANONYMOUS, LIVE_SUBPROTOCOL
 from web.dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
 from web.http_errors import cut_on_failure, deny_websocket
 from web.live_transport import json_objects, open_session, serve_websocket
-from web.protocol import LiveMessage, LiveOptions, TimedSpeech, TTSRequest
+from web.protocol import EngineCatalog, LiveMessage, LiveOptions, TimedSpeech, TTSRequest
 
 CAPTION_MEDIA_TYPES = {"vtt": "text/vtt; charset=utf-8", "srt": "application/x-subrip; charset=utf-8"}
 
@@ -75,9 +76,16 @@ async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) 
 
 
 @router.get("/engines")
-async def engines(service: ServiceDep) -> dict[str, Any]:
-    """Each engine this node runs, with the JSON schema of its per-request parameters (ranges and defaults)."""
-    return {"engines": service.engine_descriptions()}
+async def engines(service: ServiceDep) -> EngineCatalog:
+    """Each engine this node runs, with the JSON schema of its per-request parameters (ranges and defaults), and
+    the languages a request may name."""
+    languages = {lang.code: lang for lang in LANGUAGES.values()}.values()  # one entry per language, not per alias
+    return EngineCatalog.model_validate(
+        {
+            "engines": service.engine_descriptions(),
+            "languages": [{"code": lang.code, "name": lang.name} for lang in languages],
+        }
+    )
 
 
 class DuplexStreamingResponse(StreamingResponse):
