@@ -15,28 +15,33 @@ from typing import Any, Literal
 
 from engines.base import Engine, EngineLoadError, EngineSpec
 from errors import InvalidInput, NotFound, ServiceError, Unavailable
+from gpu.gpu_thread import GpuThread
 from gpu.residency import ManagedUnit, ModelManager, ResidencyPolicy
-from gpu.scheduler import GpuThread
 from lifecycle.metrics import Metrics
 from settings import Settings
 
 log = logging.getLogger("polytts.engines")
 
 
+EngineStatus = Literal["idle", "warming", "ready", "failed"]
+
+
 @dataclass
 class EngineState:
     """Readiness of one engine as /health and the routes see it."""
 
-    status: Literal["idle", "warming", "ready", "failed"] = "idle"
+    status: EngineStatus = "idle"
     reason: str | None = None
     since: float = field(default_factory=time.monotonic)
 
 
-def build_engines(settings: Settings, specs: Iterable[EngineSpec]) -> dict[str, Engine]:
-    """The engine each family's factory makes for this node; families it cannot run are left out."""
+def build_engines(settings: Settings, specs: Iterable[EngineSpec[Any]]) -> dict[str, Engine]:
+    """The engine each family's factory makes for this node, from the family's own settings and what every engine
+    reads of the service's; families it cannot run are left out."""
+    context = settings.engine_context()
     engines = {}
     for spec in specs:
-        engine = spec.build(settings)
+        engine = spec.build(spec.own_settings(settings), context)
         if engine is not None:
             engines[spec.family] = engine
     return engines

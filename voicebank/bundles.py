@@ -14,9 +14,10 @@ import json
 import zipfile
 from typing import Any
 
-from engines.kokoro.voicepacks import read_zip_member
+from engines.tensor_files import read_zip_member
 from errors import InvalidInput, PayloadTooLarge
-from voicebank.registry import Registration, is_voice_id
+from voicebank.ids import is_voice_id
+from voicebank.registry import Registration
 from voicebank.voice_entry import AUDIO_FILE, ORIGINAL_AUDIO_FILE, ORIGINAL_SEED_FILE, SEED_FILE, VoiceEntry
 
 MEDIA_TYPE = "application/zip"

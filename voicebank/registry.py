@@ -1,25 +1,23 @@
 """The content-hashed voice registry on disk.
 
 One folder per voice, `<root>/<voice_id>/{voice.wav, meta.json, seed.wav?}`, the layout earlier deployments wrote, so a
-copied voices folder loads as is. The id is a hash of what was registered, so the same registration gives the same id
-on every node. Every write goes to a temporary folder that is renamed into place: a crash or a failed write leaves no
+copied voices folder loads as is. The id is a hash of what was registered (`voicebank.ids`), so the same registration
+gives the same id on every node. Every write goes to a temporary folder that is renamed into place: a crash or a failed write leaves no
 half voice, and a replace never loses the voice it replaces.
 
 Several nodes may share one voices folder (a network file system): the final rename is the only step that decides
 which registration of an id wins, so two racing ones end with one intact voice, and an id another node registered is
-found on disk (`lookup`). Everything read back is checked first; a damaged folder is skipped with one warning.
+found on disk (`lookup`). Everything read back is checked first (`meta.json` against `voicebank.meta`, then the files
+it names); a damaged folder is skipped with one warning.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
-import json
 import logging
 import math
 import os
-import re
 import shutil
 import threading
 import time
@@ -28,7 +26,6 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -37,6 +34,8 @@ from engines import FAMILIES
 from engines.base import EngineSpec
 from engines.kokoro.voicepacks import pack_id, read_pack, read_stored_pack, stored_pack_problem
 from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
+from voicebank.ids import check_voice_id, compute_voice_id, is_voice_id
+from voicebank.meta import ClipMeta, PackMeta, Unusable, VoiceMeta, read_meta
 from voicebank.voice_entry import (
     AUDIO_FILE,
     META_FILE,
@@ -50,10 +49,7 @@ from voicebank.voice_entry import (
 
 log = logging.getLogger("polytts.registry")
 
-VOICE_ID_RE = re.compile(r"[0-9a-f]{16}")
-
 MAX_REF_TEXT_CHARS = 2000
-_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(-[a-z]{2,4})?")
 
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
@@ -63,49 +59,10 @@ _DELETED_TRASH_PREFIX = ".trash-deleted-"
 _WAV_FORMATS = frozenset({"WAV", "WAVEX"})
 # Another node may be writing its own `.tmp-` folder in a shared voices folder: only older ones are litter.
 _LEFTOVER_AGE_S = 3600.0
-# Bounds on what a stored meta.json may say; anything outside is a damaged file, not a voice.
-_MAX_META_BYTES = 1024 * 1024
-_ENGINE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_LATEST_CREATED_AT = 2.0**33  # the year 2242
-_MAX_CLIP_SECONDS = 24 * 3600.0
-_MAX_SAMPLE_RATE = 1_000_000
+# How far a clip may be from the duration its meta.json records before it counts as cut short or replaced.
 _DURATION_SLACK_S = 0.05
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NO_STAMP = (-1, -1)  # meta.json vanished while it was read: read the folder again next time
-
-
-def compute_voice_id(
-    audio: bytes,
-    engine: str,
-    x_vector_only_mode: bool = False,
-    seed_audio: bytes | None = None,
-    seed_text: str | None = None,
-) -> str:
-    """The id existing clients hold: it must stay byte-for-byte the same hash on every node."""
-    h = hashlib.sha256()
-    h.update(audio)
-    h.update(b"|" + engine.encode("utf-8"))
-    if x_vector_only_mode:
-        h.update(b"|xvec")
-    if seed_audio is not None:
-        h.update(b"|seed:" + hashlib.sha256(seed_audio).digest())
-    if seed_text:
-        h.update(b"|st:" + seed_text.encode("utf-8"))
-    return h.hexdigest()[:16]
-
-
-def is_voice_id(name: str) -> bool:
-    """Whether `name` is a 16-digit lowercase hex id, the whole of it (a trailing newline included)."""
-    return VOICE_ID_RE.fullmatch(name) is not None
-
-
-def check_voice_id(voice_id: str) -> str:
-    """Refuse anything but a 16-digit lowercase hex id, so an id can never name a path outside the registry."""
-    if not is_voice_id(voice_id):
-        raise InvalidInput(
-            f"voice_id must be 16 lowercase hex digits, got {excerpt(voice_id, 40)!r}", code="invalid_voice_id"
-        )
-    return voice_id
 
 
 @dataclass(frozen=True)
@@ -136,10 +93,6 @@ class _Clip:
     sample_rate: int
     reencoded: bool
     """The upload was not a WAV file: `wav` is a re-encoding, and the id hashes the upload's own bytes."""
-
-
-class _Unusable(Exception):
-    """Why a stored voice folder cannot be served."""
 
 
 class _IdTaken(Exception):
@@ -271,17 +224,17 @@ class VoiceRegistry:
                         "pass replace=true to replace it",
                         code="voice_exists",
                     )
-            meta = {
-                "voice_id": voice_id,
-                "engine": reg.engine,
-                "ref_text": ref_text,
-                "x_vector_only_mode": reg.x_vector_only_mode,
-                "seed_text": seed_text,
-                "created_at": time.time(),
-                "duration_s": clip.duration_s,
-                "sample_rate": clip.sample_rate,
-                **({"language": reg.language} if reg.language else {}),
-            }
+            meta = ClipMeta(
+                voice_id=voice_id,
+                engine=reg.engine,
+                ref_text=ref_text,
+                x_vector_only_mode=reg.x_vector_only_mode,
+                seed_text=seed_text,
+                created_at=time.time(),
+                duration_s=clip.duration_s,
+                sample_rate=clip.sample_rate,
+                language=reg.language or None,
+            )
             files = {AUDIO_FILE: clip.wav, **({SEED_FILE: seed.wav} if seed is not None else {})}
             # The id hashes the bytes as uploaded: keep them where the stored WAV had to be re-encoded, so a
             # bundle of this voice can prove its id on another node.
@@ -329,13 +282,7 @@ class VoiceRegistry:
                 raise Conflict(f"voice {voice_id} is registered, and is not a pack", code="voice_exists")
             if existing is not None and existing.pack_path is not None and _intact_pack(existing.pack_path, voice_id):
                 return existing, False
-            meta = {
-                "voice_id": voice_id,
-                "engine": reg.engine,
-                "kind": "pack",
-                "created_at": time.time(),
-                **({"language": reg.language} if reg.language else {}),
-            }
+            meta = PackMeta(voice_id=voice_id, engine=reg.engine, created_at=time.time(), language=reg.language or None)
             try:
                 self._install(voice_id, {PACK_FILE: buffer.getvalue()}, meta, replace=(self.root / voice_id).exists())
             except _IdTaken:
@@ -383,7 +330,7 @@ class VoiceRegistry:
             return None
         try:
             entry = _read_entry(folder)
-        except _Unusable as exc:
+        except Unusable as exc:
             self._forget(voice_id)
             self._report(folder, exc)
             raise ServiceError(  # why goes to the log only: it names this node's paths
@@ -466,7 +413,7 @@ class VoiceRegistry:
 
     # -- atomic writes -------------------------------------------------------------------------------------------
 
-    def _install(self, voice_id: str, files: Mapping[str, bytes], meta: dict[str, Any], *, replace: bool) -> bool:
+    def _install(self, voice_id: str, files: Mapping[str, bytes], meta: VoiceMeta, *, replace: bool) -> bool:
         """Write a complete folder beside the registry, then rename it in. Returns whether a voice was replaced.
 
         Without `replace`, the rename onto a folder that another registration put there first fails (a folder is
@@ -548,7 +495,7 @@ class VoiceRegistry:
             stamp = _meta_stamp(folder)
             try:
                 index[name] = _Indexed(_read_entry(folder), stamp or _NO_STAMP)
-            except _Unusable as exc:
+            except Unusable as exc:
                 self._report(folder, exc)  # the folder is left for the operator
         self._index = index
 
@@ -582,85 +529,6 @@ def _age(path: Path) -> float:
         return math.inf
 
 
-# -- reading a stored voice: every field and file checked, `_Unusable` says why not -----------------------------------
-
-
-def _read_entry(folder: Path) -> VoiceEntry:
-    if not folder.is_dir():
-        raise _Unusable("not a folder")
-    meta = _read_meta(folder / META_FILE)
-    engine = meta.get("engine")
-    if not isinstance(engine, str) or not _ENGINE_NAME.fullmatch(engine):
-        raise _Unusable(f"{META_FILE} names no engine (engine is {_shown(engine)})")
-    if meta.get("voice_id", folder.name) != folder.name:
-        raise _Unusable(f"{META_FILE} belongs to voice {_shown(meta['voice_id'])}")
-    created_at = _number(meta, "created_at", 0.0, _LATEST_CREATED_AT)
-    if created_at is None:
-        created_at = folder.stat().st_mtime
-    kind = meta.get("kind", "clip")
-    if kind == "pack":
-        if not (folder / PACK_FILE).is_file():
-            raise _Unusable(f"no {PACK_FILE}")
-        problem = stored_pack_problem(folder / PACK_FILE)
-        if problem is not None:
-            raise _Unusable(f"{PACK_FILE}: {problem}")
-        return VoiceEntry(
-            voice_id=folder.name,
-            engine=engine,
-            ref_text="",
-            x_vector_only_mode=False,
-            seed_text=None,
-            has_seed_audio=False,
-            created_at=created_at,
-            duration_s=0.0,
-            sample_rate=0,
-            folder=folder,
-            kind="pack",
-            language=_language(meta),
-        )
-    if kind != "clip":
-        raise _Unusable(f"{META_FILE} has an unknown kind {_shown(kind)}")
-    ref_text = _text(meta, "ref_text" if "ref_text" in meta else "text")
-    seed_text = _text(meta, "seed_text")
-    x_vector_only_mode = meta.get("x_vector_only_mode", False)
-    if x_vector_only_mode is None:
-        x_vector_only_mode = False
-    if not isinstance(x_vector_only_mode, bool):
-        raise _Unusable(f"{META_FILE} field 'x_vector_only_mode' is {_shown(x_vector_only_mode)}, not true or false")
-    frames, rate = _clip_info(folder / AUDIO_FILE)
-    duration_s = _number(meta, "duration_s", 0.0, _MAX_CLIP_SECONDS)
-    sample_rate = _number(meta, "sample_rate", 1.0, _MAX_SAMPLE_RATE)
-    if duration_s is not None and sample_rate is not None:
-        if int(sample_rate) != rate or abs(frames / rate - duration_s) > _DURATION_SLACK_S:
-            raise _Unusable(
-                f"{AUDIO_FILE} holds {frames / rate:.3f} s at {rate} Hz where {META_FILE} says "
-                f"{duration_s:.3f} s at {sample_rate:g} Hz (cut short or replaced)"
-            )
-    has_seed_audio = os.path.lexists(folder / SEED_FILE)
-    if has_seed_audio:
-        _clip_info(folder / SEED_FILE)
-    return VoiceEntry(
-        voice_id=folder.name,
-        engine=engine,
-        ref_text=ref_text or "",
-        x_vector_only_mode=x_vector_only_mode,
-        seed_text=seed_text,
-        has_seed_audio=has_seed_audio,
-        created_at=created_at,
-        duration_s=frames / rate,
-        sample_rate=rate,
-        folder=folder,
-        language=_language(meta),
-    )
-
-
-def _language(meta: Mapping[str, Any]) -> str | None:
-    language = _text(meta, "language")
-    if language is not None and not _LANGUAGE_CODE.fullmatch(language):
-        raise _Unusable(f"{META_FILE} field 'language' is {_shown(language)}, not a language code")
-    return language
-
-
 def _expected(reg: Registration, voice_id: str) -> str:
     """The id a registration comes out as, checked against the one it claims (a bundle's) before anything is written."""
     if reg.expected_id is not None and reg.expected_id != voice_id:
@@ -672,57 +540,71 @@ def _expected(reg: Registration, voice_id: str) -> str:
     return voice_id
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_META_BYTES + 1)
-    except FileNotFoundError:
-        raise _Unusable(f"no {META_FILE}") from None
-    except OSError as exc:
-        raise _Unusable(f"unreadable {META_FILE} ({exc.strerror or exc})") from None
-    if len(raw) > _MAX_META_BYTES:
-        raise _Unusable(f"{META_FILE} is larger than {_MAX_META_BYTES} bytes")
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _Unusable(f"unreadable {META_FILE} ({excerpt(str(exc), 120)})") from None
-    if not isinstance(meta, dict):
-        raise _Unusable(f"{META_FILE} is not a JSON object")
-    return meta
+# -- reading a stored voice: meta.json and every file it names checked, `Unusable` says why not ----------------------
 
 
-def _number(meta: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
-    """A number field within [low, high] (NaN and infinities are outside); None when absent or null."""
-    value = meta.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise _Unusable(f"{META_FILE} field {name!r} is {_shown(value)}, not a number from {low:g} to {high:g}")
-    return float(value)
-
-
-def _text(meta: Mapping[str, Any], name: str) -> str | None:
-    value = meta.get(name)
-    if value is not None and not isinstance(value, str):
-        raise _Unusable(f"{META_FILE} field {name!r} is {_shown(value)}, not a string")
-    return value
+def _read_entry(folder: Path) -> VoiceEntry:
+    if not folder.is_dir():
+        raise Unusable("not a folder")
+    meta = read_meta(folder)
+    created_at = meta.created_at if meta.created_at is not None else folder.stat().st_mtime
+    if isinstance(meta, PackMeta):
+        if not (folder / PACK_FILE).is_file():
+            raise Unusable(f"no {PACK_FILE}")
+        problem = stored_pack_problem(folder / PACK_FILE)
+        if problem is not None:
+            raise Unusable(f"{PACK_FILE}: {problem}")
+        return VoiceEntry(
+            voice_id=folder.name,
+            engine=meta.engine,
+            ref_text="",
+            x_vector_only_mode=False,
+            seed_text=None,
+            has_seed_audio=False,
+            created_at=created_at,
+            duration_s=0.0,
+            sample_rate=0,
+            folder=folder,
+            kind="pack",
+            language=meta.language,
+        )
+    frames, rate = _clip_info(folder / AUDIO_FILE)
+    duration_s, sample_rate = meta.duration_s, meta.sample_rate
+    if duration_s is not None and sample_rate is not None:
+        if int(sample_rate) != rate or abs(frames / rate - duration_s) > _DURATION_SLACK_S:
+            raise Unusable(
+                f"{AUDIO_FILE} holds {frames / rate:.3f} s at {rate} Hz where {META_FILE} says "
+                f"{duration_s:.3f} s at {sample_rate:g} Hz (cut short or replaced)"
+            )
+    has_seed_audio = os.path.lexists(folder / SEED_FILE)
+    if has_seed_audio:
+        _clip_info(folder / SEED_FILE)
+    return VoiceEntry(
+        voice_id=folder.name,
+        engine=meta.engine,
+        ref_text=meta.ref_text,
+        x_vector_only_mode=meta.x_vector_only_mode,
+        seed_text=meta.seed_text,
+        has_seed_audio=has_seed_audio,
+        created_at=created_at,
+        duration_s=frames / rate,
+        sample_rate=rate,
+        folder=folder,
+        language=meta.language,
+    )
 
 
 def _clip_info(path: Path) -> tuple[int, int]:
     """(frames, sample rate) of a stored clip, from its header; a regular file only (a FIFO would block)."""
     if not path.is_file():
-        raise _Unusable(f"no {path.name}")
+        raise Unusable(f"no {path.name}")
     try:
         info = sf.info(str(path))
     except (sf.SoundFileError, RuntimeError, ValueError, OSError) as exc:
-        raise _Unusable(f"{path.name} is not readable audio ({exc})") from None
+        raise Unusable(f"{path.name} is not readable audio ({exc})") from None
     if info.frames <= 0 or info.samplerate <= 0:
-        raise _Unusable(f"{path.name} holds no audio")
+        raise Unusable(f"{path.name} holds no audio")
     return info.frames, info.samplerate
-
-
-def _shown(value: object) -> str:
-    return excerpt(repr(value), 40)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -732,8 +614,8 @@ def _write_bytes(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    _write_bytes(path, json.dumps(obj, ensure_ascii=False, indent=2).encode("utf-8"))
+def _write_json(path: Path, meta: VoiceMeta) -> None:
+    _write_bytes(path, meta.to_json())
 
 
 def _fsync_dir(path: Path) -> None:

@@ -28,7 +28,6 @@ MAX_PART_HEADER_BYTES = 16 * 1024
 
 
 class UnsupportedMediaType(ServiceError):
-    status = 415
     code = "unsupported_media_type"
 
 
@@ -176,8 +175,8 @@ class _FormReader:
         part.data.extend(data[start:end])
         limit = self.file_limit if part.filename is not None else self.field_limit
         if len(part.data) > limit:
-            kind = "file" if part.filename is not None else "field"
-            raise PayloadTooLarge(f"form {kind} {part.name!r} is larger than {limit} bytes", code=f"{kind}_too_large")
+            kind, code = ("file", "file_too_large") if part.filename is not None else ("field", "field_too_large")
+            raise PayloadTooLarge(f"form {kind} {part.name!r} is larger than {limit} bytes", code=code)
 
     def _on_part_end(self) -> None:
         if self._part is not None:

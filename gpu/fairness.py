@@ -1,0 +1,457 @@
+"""The fair queue in front of the GPU thread: who steps next, and who is admitted. Pure bookkeeping: no threads,
+a clock that tests can drive.
+
+A chunk is one whole generation of engines that cannot interleave (VoxCPM's single KV cache), so a step is one
+text chunk and two generations never share a model. Who steps next (`FairQueue.pick`), after dropping cancelled
+jobs:
+1. the first step of a stream not yet started, in order of arrival, whatever its key: a newcomer waits for at
+   most the step under way (and the first steps of streams that arrived just before it);
+2. a running stream about to run dry: its listener's audio in hand (`playback.Playback`) no longer covers its next
+   step, the longest whole-file step that could run first and `stream_max_start_wait_s` of newcomers' first
+   steps; the one closest to running dry goes first;
+3. whole-file work (`/tts`, batch), by weighted fair share between keys: the key with the least GPU time used
+   divided by its weight; a key's whole-file jobs keep their order;
+4. streams far ahead of their listeners, closest to running dry first;
+5. responses whose readers fell behind real time (detached), once their writer has sent all their audio and asks
+   for more.
+A key that becomes busy starts level with the least-served busy key (no credit for having been idle), and its
+used time is forgotten once it has been idle for `idle_state_ttl_s`. While one engine is resident, the resident
+engine keeps the thread as long as it has work, until another engine's oldest request has waited
+`engine_switch_max_wait_s`.
+
+Admission (`FairQueue.add`) refuses with 429 what would exceed a bound: per key, per engine, in flight, characters
+waiting, per client address, and for streams the real-time capacity (`playback.admission`: the engine's measured
+speed and the audio promised to admitted streams). A response whose reader falls behind real time stops holding a
+slot, and one whose reader takes nothing for `reader_idle_limit_s` is dropped. A rejection creates no key state."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from errors import Busy
+from gpu.jobs import Job
+from gpu.playback import EngineSpeed, Refusal, StreamDemand, admission
+
+log = logging.getLogger("polytts.scheduler")
+
+OTHER_KEYS = "(other)"
+"""The row under which keys beyond `max_key_labels`, and rejected keys that have no state, are summed."""
+
+
+@dataclass
+class FairnessPolicy:
+    """The fair queue's weights and bounds (built from the settings)."""
+
+    default_weight: float = 1.0
+    weights: dict[str, float] = field(default_factory=dict)
+    idle_state_ttl_s: float = 300.0
+    max_pending_per_key: int = 8
+    max_pending_per_engine: int = 32
+    engine_switch_max_wait_s: float = 5.0
+    max_buffered_pieces: int = 8
+    max_inflight: int = 64
+    max_queued_chars: int = 100_000
+    retry_after: float = 2.0
+    stream_admission: bool = True
+    """Refuse streams that the GPU thread could not keep in real time (off: streams are admitted by the count
+    bounds only, and may run dry under load)."""
+    stream_gpu_share: float = 0.8
+    """Admission plans streams with this share of the GPU thread; the rest absorbs misestimates and whole-file work."""
+    stream_max_start_wait_s: float = 5.0
+    """A stream whose first step would start this long after the step under way (behind other streams' first
+    steps) is refused. Running streams keep this much lead over their listeners before whole-file work goes first,
+    so newcomers' first steps never make them run dry."""
+    slow_reader_lag_s: float = 10.0
+    """A stream whose reader is this far behind real time (audio waiting for it) stops holding an admission slot."""
+    reader_idle_limit_s: float = 60.0
+    """A response whose reader has taken no audio for this long, while audio waited for it, is dropped."""
+    max_client_share: float = 0.5
+    """Share of `max_inflight` one client address may hold (at least one slot)."""
+    max_tracked_keys: int = 256
+    """Idle keys whose used GPU time is remembered; beyond it the longest idle are forgotten first."""
+    max_key_labels: int = 32
+    """Keys listed one by one in stats and metrics (busiest first); the rest are summed under OTHER_KEYS."""
+
+    def __post_init__(self) -> None:
+        if not self.default_weight > 0 or any(not weight > 0 for weight in self.weights.values()):
+            raise ValueError("every fairness weight must be above 0")
+        if not 0 < self.stream_gpu_share <= 1 or not 0 < self.max_client_share <= 1:
+            raise ValueError("stream_gpu_share and max_client_share must be above 0 and at most 1")
+
+    def weight(self, key: str) -> float:
+        return self.weights.get(key, self.default_weight)
+
+    @property
+    def max_per_client(self) -> int:
+        return max(1, int(self.max_client_share * self.max_inflight))
+
+
+@dataclass
+class KeyState:
+    """One key's jobs, in order of admission, and the GPU time it has used."""
+
+    jobs: collections.deque[Job] = field(default_factory=collections.deque)
+    used: float = 0.0
+    """GPU seconds used (forgotten after idle_state_ttl_s idle)."""
+    virtual: float = 0.0
+    """Used time divided by weight: the key with the least goes next."""
+    last_active: float = 0.0
+    last_served: float = 0.0
+    rejected: int = 0
+
+
+class FairQueue:
+    """Which job steps next, and which is admitted. Pure bookkeeping: no threads, a clock that tests can drive."""
+
+    def __init__(self, policy: FairnessPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy = policy
+        self.clock = clock
+        self.keys: dict[str, KeyState] = {}
+        self.speeds: dict[str, EngineSpeed] = {}
+        self.rejected_by_engine: collections.Counter[str] = collections.Counter()
+        self.rejected_by_code: collections.Counter[str] = collections.Counter()
+        self.rejected_total = 0
+        self.rejected_untracked = 0
+        """Rejections of keys that had no state: counted here, creating none."""
+        self.underrun_s: dict[str, float] = {}
+        self.underruns: collections.Counter[str] = collections.Counter()
+        # The least weighted service any busy key had when a step was last picked; it never goes down. A key that
+        # becomes busy starts here, so neither idle time nor arriving in another key's gap buys it credit.
+        self.floor = 0.0
+        self.current: Job | None = None
+        """The job whose step is under way (picked, not yet charged), and since when."""
+        self.current_since = 0.0
+        self._last_refusal: tuple[Any, float, Refusal] | None = None
+        self._next_slot = 0.0
+        """The earliest retry time not yet promised to a refused stream."""
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def add(self, job: Job) -> Job:
+        """Admit a job, or raise Busy (429) naming the bound it hit."""
+        policy = self.policy
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            self._sweep(now)
+            jobs = [j for j in self._jobs() if not j.detached]
+            state = self.keys.get(job.key)
+            pending_key = sum(not j.detached for j in state.jobs) if state else 0
+            pending_client = sum(j.client == job.client for j in jobs) if job.client is not None else 0
+            pending_engine = sum(j.engine == job.engine for j in jobs)
+            waiting_chars = sum(j.chars for j in jobs if j.started_at is None)
+            retry_after = policy.retry_after
+            if pending_key >= policy.max_pending_per_key:
+                reason, code = f"key {job.key!r} has {pending_key} requests pending", "fairness_key_queue_full"
+            elif pending_engine >= policy.max_pending_per_engine:
+                reason, code = f"engine {job.engine!r} has {pending_engine} requests pending", "engine_queue_full"
+            elif len(jobs) >= policy.max_inflight:
+                reason, code = f"{len(jobs)} syntheses in flight", "server_busy"
+            elif waiting_chars and waiting_chars + job.chars > policy.max_queued_chars:
+                reason, code = f"{waiting_chars} characters waiting", "server_busy"
+            elif job.client is not None and pending_client >= policy.max_per_client:
+                reason = f"this client address has {pending_client} requests pending (at most {policy.max_per_client})"
+                code = "client_queue_full"
+            elif job.is_stream and policy.stream_admission and (refusal := self._stream_refusal(job, jobs, now)):
+                reason = f"no room for another real-time stream: {refusal.reason}"
+                code, retry_after = "stream_capacity_full", refusal.retry_after
+            else:
+                reason = code = ""
+            if reason:
+                self.rejected_total += 1
+                self.rejected_by_engine[job.engine] += 1
+                self.rejected_by_code[code] += 1
+                if state is not None:
+                    state.rejected += 1
+                else:
+                    self.rejected_untracked += 1
+                raise Busy(f"server busy: {reason}; retry later", code=code, retry_after=retry_after)
+            if state is None:
+                state = self.keys[job.key] = KeyState()
+            if not state.jobs:  # becoming busy: level with the least-served busy key, no credit for idle time
+                busy = [s.virtual for s in self.keys.values() if s.jobs]
+                state.virtual = max(state.virtual, self.floor, min(busy, default=0.0))
+            state.last_active = now
+            job.id = next(self._ids)
+            job.enqueued_at = now
+            state.jobs.append(job)
+        return job
+
+    def remove(self, job: Job) -> None:
+        with self._lock:
+            state = self.keys.get(job.key)
+            if state is not None and job in state.jobs:
+                state.jobs.remove(job)
+                state.last_active = self.clock()
+            if self.current is job:
+                self.current = None
+
+    def charge(self, job: Job, seconds: float) -> None:
+        with self._lock:
+            state = self.keys.get(job.key)
+            if state is not None:
+                state.used += seconds
+                state.virtual += seconds / self.policy.weight(job.key)
+                state.last_served = state.last_active = job.last_served_at = self.clock()
+            if self.current is job:
+                self.current = None
+            self._raise_floor()
+
+    def learn(self, job: Job, gpu_s: float, audio_s: float) -> None:
+        """The job's last step took `gpu_s` and made `audio_s` of audio: how its engine's speed is measured."""
+        chars = job.unit_chars[job.units_done - 1] if 0 < job.units_done <= len(job.unit_chars) else 0
+        if not chars and job.units_total:
+            chars = job.chars // job.units_total
+        with self._lock:
+            self.speeds.setdefault(job.engine, EngineSpeed()).learn(chars, gpu_s, audio_s)
+
+    def record_stall(self, job: Job, seconds: float) -> None:
+        with self._lock:
+            self.underrun_s[job.engine] = self.underrun_s.get(job.engine, 0.0) + seconds
+            self.underruns[job.engine] += 1
+
+    def pick(self, resident: Collection[str]) -> Job | None:
+        """The job that steps next (see the module's docstring), among jobs that can step now."""
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            self._sweep(now)
+            for job in self._jobs():
+                if job.deadline is not None and now >= job.deadline:
+                    job.cancel("request timed out")
+                if job.cancelled.is_set():  # dropping one costs no GPU time: do it first, wherever it waits
+                    return self._begin(job, now)
+            candidates = [j for state in self.keys.values() for j in state.jobs if j.is_stream or j.detached]
+            candidates += [head for state in self.keys.values() if (head := self._whole_file_head(state))]
+            ready = [j for j in candidates if self._can_step(j)]
+            if not ready:
+                return None
+            on_resident = [j for j in ready if j.engine in resident]
+            elsewhere = [j for j in ready if j.engine not in resident]
+            if on_resident and elsewhere:
+                # Waiting counts from a job's last step (or its admission): right after a switch, the engine left
+                # behind has to wait the whole bound again, so engines do not swap on every step.
+                oldest = min(j.last_served_at or j.enqueued_at for j in elsewhere)
+                ready = elsewhere if now - oldest >= self.policy.engine_switch_max_wait_s else on_resident
+            self._raise_floor()
+            return self._begin(self._choose(ready, now), now)
+
+    def _can_step(self, job: Job) -> bool:
+        """Room in its buffer (a detached job steps only when its writer asks for audio and none waits), and a step
+        to take (a live job waiting for text has none)."""
+        if job.ready is not None and not job.ready():
+            return False
+        if job.detached:
+            return job.buffered == 0 and job.playback.asking_since is not None
+        return job.buffered < self.policy.max_buffered_pieces
+
+    def _choose(self, ready: list[Job], now: float) -> Job:
+        newcomers = [j for j in ready if j.is_stream and not j.detached and j.units_done == 0]
+        if newcomers:
+            return min(newcomers, key=lambda j: (j.enqueued_at, j.id))
+        streams = [(self._slack(j, now), j.id, j) for j in ready if j.is_stream and not j.detached]
+        whole = [j for j in ready if not j.is_stream and not j.detached]
+        # Room for the longest whole-file step that could go first, and for newcomers' first steps after it.
+        guard = self.policy.stream_max_start_wait_s + max((self._next_step_s(j) for j in whole), default=0.0)
+        # A stream whose reader is behind real time is not short of audio because of us: never urgent.
+        urgent = [e for e in streams if e[0] < guard and not e[2].playback.reader_lag(now)]
+        if urgent:
+            return min(urgent, key=lambda e: (e[0], e[1]))[2]
+        if whole:
+            return min(whole, key=lambda j: (self.keys[j.key].virtual, self.keys[j.key].last_served))
+        if streams:
+            return min(streams, key=lambda e: (e[0], e[1]))[2]
+        return min(ready, key=lambda j: (j.last_served_at or j.enqueued_at, j.id))
+
+    def _begin(self, job: Job, now: float) -> Job:
+        self.current, self.current_since = job, now
+        return job
+
+    @staticmethod
+    def _whole_file_head(state: KeyState) -> Job | None:
+        return next((j for j in state.jobs if not j.is_stream and not j.detached), None)
+
+    def _jobs(self) -> list[Job]:
+        return [j for state in self.keys.values() for j in state.jobs]
+
+    def jobs(self) -> list[Job]:
+        """Every admitted job, now."""
+        with self._lock:
+            return self._jobs()
+
+    def _speed(self, engine: str) -> EngineSpeed:
+        speed = self.speeds.get(engine)
+        return speed if speed is not None else EngineSpeed()
+
+    def _next_step_s(self, job: Job) -> float:
+        """Estimated GPU seconds of the job's next step."""
+        left = job.chars_left()
+        return left[0] * self._speed(job.engine).gpu_s_per_char if left else 0.0
+
+    def _slack(self, job: Job, now: float) -> float:
+        """How long the stream can wait before its next step would start too late for its listener."""
+        return (job.playback.in_hand(now) or 0.0) - self._next_step_s(job)
+
+    def _stream_refusal(self, job: Job, admitted: list[Job], now: float) -> Refusal | None:
+        streams = [
+            j
+            for j in admitted
+            if j.is_stream and not j.cancelled.is_set() and j.chars_left() and not j.playback.reader_lag(now)
+        ]
+        candidate = self._demand(job, now)
+        # A burst of identical requests meets the same streams: the first one's answer stands for a second.
+        signature = (job.engine, tuple(job.chars_left()), tuple((j.id, j.units_done) for j in streams))
+        memo = self._last_refusal
+        if memo is not None and memo[0] == signature and now - memo[1] < 1.0:
+            refusal: Refusal | None = Refusal(memo[2].reason, max(0.0, memo[2].retry_after - (now - memo[1])))
+        else:
+            busy_for, running = 0.0, None
+            current = self.current
+            if current is not None and not current.cancelled.is_set():
+                left = self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since)
+                busy_for = max(0.0, left)
+                running = current.id if current in streams else None
+            refusal = admission(
+                [self._demand(j, now) for j in streams],
+                candidate,
+                busy_for=busy_for,
+                running=running,
+                max_start_wait=self.policy.stream_max_start_wait_s,
+            )
+            self._last_refusal = (signature, now, refusal) if refusal is not None else None
+        if refusal is None:
+            return None
+        # Refused clients are promised successive slots, one such stream's GPU time apart, not all the same instant.
+        slot = max(now + refusal.retry_after, self._next_slot)
+        self._next_slot = slot + sum(gpu for gpu, _ in candidate.units)
+        return Refusal(refusal.reason, slot - now)
+
+    def _demand(self, job: Job, now: float) -> StreamDemand:
+        speed = self._speed(job.engine)
+        share = self.policy.stream_gpu_share
+        units = [(c * speed.gpu_s_per_char / share, c * speed.audio_s_per_char) for c in job.chars_left()]
+        in_hand = job.playback.in_hand(now)
+        if in_hand is None and job.units_done:  # started, but no audio yet: a listener with nothing in hand
+            in_hand = 0.0
+        # The candidate (not admitted yet: no id) arrives after every admitted stream.
+        return StreamDemand(job.id or -1, units, in_hand, job.enqueued_at if job.id else math.inf)
+
+    def _sweep(self, now: float) -> None:
+        """Readers behind real time stop holding a slot; readers that take nothing for too long are dropped."""
+        policy = self.policy
+        for job in self._jobs():
+            if job.cancelled.is_set():
+                continue
+            idle = job.playback.idle_for(now)
+            if idle >= policy.reader_idle_limit_s:
+                log.warning(
+                    "job %d (key %s, client %s) dropped: its reader took no audio for %.0f s (limit %.0f s)",
+                    job.id,
+                    job.key,
+                    job.client,
+                    idle,
+                    policy.reader_idle_limit_s,
+                )
+                job.cancel(f"its reader took no audio for {idle:.0f} s", discard_audio=True)
+            elif job.streaming and not job.detached and job.playback.reader_lag(now) >= policy.slow_reader_lag_s:
+                job.detached = True
+                log.info(
+                    "job %d (key %s, client %s) detached: its reader is %.0f s behind real time; it holds no slot now",
+                    job.id,
+                    job.key,
+                    job.client,
+                    job.playback.reader_lag(now),
+                )
+
+    def _raise_floor(self) -> None:
+        busy = [s.virtual for s in self.keys.values() if s.jobs]
+        if busy:
+            self.floor = max(self.floor, min(busy))
+
+    def _expire(self, now: float) -> None:
+        ttl = self.policy.idle_state_ttl_s
+        for key in [k for k, s in self.keys.items() if not s.jobs and now - s.last_active >= ttl]:
+            del self.keys[key]
+        idle = [(s.last_active, k) for k, s in self.keys.items() if not s.jobs]
+        if len(idle) > self.policy.max_tracked_keys:
+            for _, key in sorted(idle)[: len(idle) - self.policy.max_tracked_keys]:
+                del self.keys[key]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            self._sweep(now)
+            jobs = [j for j in self._jobs() if not j.detached]
+            engines = sorted({j.engine for j in jobs} | set(self.rejected_by_engine))
+            streams = [j for j in jobs if j.is_stream and j.chars_left()]
+            return {
+                "running": sum(j.started_at is not None for j in jobs),
+                "waiting": sum(j.started_at is None for j in jobs),
+                "detached": sum(j.detached for j in self._jobs()),
+                "queued_chars": sum(j.chars for j in jobs if j.started_at is None),
+                "rejected": self.rejected_total,
+                "rejected_by_code": dict(self.rejected_by_code),
+                "engines": {
+                    engine: {
+                        "running": sum(j.engine == engine and j.started_at is not None for j in jobs),
+                        "waiting": sum(j.engine == engine and j.started_at is None for j in jobs),
+                        "rejected": self.rejected_by_engine[engine],
+                    }
+                    for engine in engines
+                },
+                "streams": {
+                    "admitted": len(streams),
+                    "promised_audio_s": round(
+                        sum(sum(j.chars_left()) * self._speed(j.engine).audio_s_per_char for j in streams), 3
+                    ),
+                    "underrun_s": {
+                        e: round(self.underrun_s.get(e, 0), 6) for e in sorted({*self.speeds, *self.underrun_s})
+                    },
+                    "underruns": {e: self.underruns[e] for e in sorted({*self.speeds, *self.underruns})},
+                    "speed": {
+                        engine: {
+                            "gpu_s_per_audio_s": round(speed.real_time_factor, 4),
+                            "audio_s_per_char": round(speed.audio_s_per_char, 5),
+                        }
+                        for engine, speed in self.speeds.items()
+                        if speed.known
+                    },
+                },
+                "keys": self._key_rows(),
+            }
+
+    def _key_rows(self) -> dict[str, dict[str, Any]]:
+        """Per key rows, at most `max_key_labels` of them (busiest, then most used); the rest summed."""
+
+        def row(state: KeyState, weight: float | None) -> dict[str, Any]:
+            held = [j for j in state.jobs if not j.detached]
+            return {
+                "running": sum(j.started_at is not None for j in held),
+                "waiting": sum(j.started_at is None for j in held),
+                "weight": weight,
+                "used_gpu_s": round(state.used, 6),
+                "rejected": state.rejected,
+            }
+
+        ranked = sorted(self.keys.items(), key=lambda kv: (-len(kv[1].jobs), -kv[1].used, kv[0]))
+        cap = self.policy.max_key_labels
+        rows = {key: row(state, self.policy.weight(key)) for key, state in ranked[:cap]}
+        rest = [row(state, None) for _, state in ranked[cap:]]
+        if rest or self.rejected_untracked:
+            rows[OTHER_KEYS] = {
+                "running": sum(r["running"] for r in rest),
+                "waiting": sum(r["waiting"] for r in rest),
+                "weight": None,
+                "used_gpu_s": round(sum(r["used_gpu_s"] for r in rest), 6),
+                "rejected": sum(r["rejected"] for r in rest) + self.rejected_untracked,
+            }
+        return rows

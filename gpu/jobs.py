@@ -1,0 +1,163 @@
+"""One synthesis job as the GPU thread runs it: its steps, its audio handed over to the event loop, cancellation.
+
+A job's steps run on the GPU thread (each step is one text chunk, an iterator of audio pieces); its reader awaits
+the pieces on the event loop (`Job.pieces`), and taking a piece is what moves the job's playback clock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from errors import ServiceError
+from gpu.playback import Playback
+
+DONE = object()
+"""Delivered after a job's last piece: its reader's iteration ends there."""
+
+CLIENT_GONE = "client disconnected"
+"""The reason a job is cancelled when its client went away."""
+
+
+class JobCancelled(ServiceError):
+    """The job was dropped before it finished: its client went away or it ran past its deadline."""
+
+    code = "request_timeout"
+
+
+@dataclass(eq=False)
+class Job:
+    """One synthesis request. `steps` is created and consumed on the GPU thread: each item it yields is one step,
+    an iterable of pieces: audio (float32 arrays of `sample_rate` samples per second) and what the reader takes
+    between them (word timings), handed over as they are."""
+
+    engine: str
+    chars: int
+    steps: Callable[[], Iterator[Iterable[Any]]]
+    loop: asyncio.AbstractEventLoop
+    key: str = "anonymous"
+    deadline: float | None = None
+    """time.monotonic() after which the job is dropped before its next step."""
+    streaming: bool = False
+    """Its audio is played while it arrives: its steps follow its listener's playback clock, and admission keeps
+    it in real time. Whole-file responses are not streams."""
+    sample_rate: int = 0
+    """Samples per second of the pieces; 0 (unknown) plans the job as whole-file work."""
+    unit_chars: tuple[int, ...] = ()
+    """Characters of text of each step, in order: how admission estimates the audio and GPU time still to come."""
+    client: str | None = None
+    """The client's address: one address holds at most `max_client_share` of the admission slots."""
+    id: int = 0
+    submitted_at: float = field(default_factory=time.perf_counter)
+    enqueued_at: float = 0.0
+    last_served_at: float | None = None
+    """FairQueue clock time of the job's last step: how long it has waited since is what the engine switch bound
+    measures."""
+    started_at: float | None = None
+    units_total: int | None = None
+    """Steps the job will take, when known (`unit_chars` sets it): the last one then also ends the job, without
+    another turn."""
+    ready: Callable[[], bool] | None = None
+    """For a job whose steps come as its input arrives (a live request): whether it has one to take now. A job
+    that has none is passed over: waiting for text holds no step of the GPU thread."""
+    units_done: int = 0
+    gpu_seconds: float = 0.0
+    delivered: int = 0
+    consumed: int = 0
+    cancel_reason: str | None = None
+    cancel_error: ServiceError | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    detached: bool = False
+    """Its reader fell behind real time: it holds no admission slot and steps only once its audio is taken."""
+    playback: Playback = field(default_factory=Playback)
+    _units: Iterator[Iterable[Any]] | None = None
+    _out: asyncio.Queue[tuple[Any, float, float]] = field(default_factory=asyncio.Queue)
+    _on_consumed: Callable[[], None] = lambda: None
+    _on_stall: Callable[[Job, float], None] = lambda job, seconds: None
+    _discard_audio: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unit_chars and self.units_total is None:
+            self.units_total = len(self.unit_chars)
+
+    def cancel(
+        self, reason: str = CLIENT_GONE, *, discard_audio: bool = False, error: ServiceError | None = None
+    ) -> None:
+        """Drop the job before its next step; `discard_audio` also frees the audio waiting for its reader; `error`
+        is what its reader gets (JobCancelled naming the reason by default)."""
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancel_error = error
+            self._discard_audio = discard_audio
+            self.cancelled.set()
+            self._on_consumed()  # a job parked on a full buffer must be seen, and dropped
+
+    def dropped(self) -> ServiceError:
+        """What the reader of a cancelled job gets."""
+        return self.cancel_error or JobCancelled(f"request dropped: {self.cancel_reason}")
+
+    @property
+    def buffered(self) -> int:
+        return self.delivered - self.consumed
+
+    @property
+    def is_stream(self) -> bool:
+        """Planned as a real-time stream (a stream whose audio duration is known)."""
+        return self.streaming and self.sample_rate > 0
+
+    @property
+    def underrun_s(self) -> float:
+        """Time a listener playing in real time from the first byte would have stalled waiting for the GPU thread."""
+        return self.playback.underrun_s
+
+    @property
+    def underruns(self) -> int:
+        return self.playback.underruns
+
+    def chars_left(self) -> list[int]:
+        """Characters of each step not yet finished (the step under way included)."""
+        if self.unit_chars:
+            return list(self.unit_chars[self.units_done :])
+        total = self.units_total or 1
+        return [self.chars // total] * max(0, total - self.units_done)
+
+    def _deliver(self, item: Any) -> None:
+        self.delivered += 1
+        seconds = len(item) / self.sample_rate if isinstance(item, np.ndarray) and self.is_stream else 0.0
+        self.playback.delivered(seconds)
+        ending = not isinstance(item, np.ndarray)
+        try:
+            if ending and self._discard_audio:
+                self.loop.call_soon_threadsafe(self._discard_then_put, item)
+            else:
+                self.loop.call_soon_threadsafe(self._out.put_nowait, (item, time.monotonic(), seconds))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancel("server stopping")
+
+    def _discard_then_put(self, item: Any) -> None:
+        while not self._out.empty():
+            self._out.get_nowait()
+        self._out.put_nowait((item, time.monotonic(), 0.0))
+
+    async def pieces(self) -> AsyncIterator[Any]:
+        """Pieces as the GPU thread produces them; raises what the engine raised. Taking a piece is what
+        moves the playback clock: the response writer asks for the next one once it has sent the last."""
+        while True:
+            self.playback.ask(time.monotonic())
+            self._on_consumed()  # a detached job steps again once its writer asks
+            item, produced_at, seconds = await self._out.get()
+            self.consumed += 1
+            stall = self.playback.sent(seconds, produced_at, time.monotonic())
+            if stall:
+                self._on_stall(self, stall)
+            self._on_consumed()
+            if item is DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item

@@ -1,0 +1,416 @@
+"""The GPU thread and the scheduler driving it: real async tests whose steps are plain generators held at threading
+gates."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from gpu.fairness import FairnessPolicy
+from gpu.gpu_thread import GpuThread
+from gpu.jobs import Job, JobCancelled
+from gpu.scheduler import Scheduler
+
+WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
+RATE = 24_000
+
+
+@pytest.fixture
+def gpu() -> Iterator[GpuThread]:
+    thread = GpuThread()
+    thread.start()
+    yield thread
+    thread.stop(timeout=WAIT)
+
+
+def scheduler_for(gpu: GpuThread, **policy: object) -> Scheduler:
+    return Scheduler(gpu, FairnessPolicy(**policy), lambda: ["kokoro"])  # type: ignore[arg-type]
+
+
+def piece(value: float) -> np.ndarray:
+    return np.full(2, value, dtype=np.float32)
+
+
+def values(pieces: list[np.ndarray]) -> list[float]:
+    return [float(p[0]) for p in pieces]
+
+
+async def collect(job: Job) -> list[np.ndarray]:
+    async def drain() -> list[np.ndarray]:
+        return [p async for p in job.pieces()]
+
+    return await asyncio.wait_for(drain(), WAIT)
+
+
+async def next_piece(pieces: object) -> np.ndarray:
+    return await asyncio.wait_for(pieces.__anext__(), WAIT)  # type: ignore[attr-defined]
+
+
+def make_job(key: str, steps: object, chars: int = 10, deadline: float | None = None) -> Job:
+    return Job(engine="kokoro", chars=chars, steps=steps, loop=asyncio.get_running_loop(), key=key, deadline=deadline)  # type: ignore[arg-type]
+
+
+async def test_gpu_run_returns_results_and_errors_on_the_gpu_thread(gpu: GpuThread) -> None:
+    assert await gpu.run(threading.get_ident) == gpu.ident != threading.get_ident()
+    assert await gpu.run(pow, 2, 10) == 1024
+
+    def broken() -> None:
+        raise ValueError("bad load")
+
+    with pytest.raises(ValueError, match="bad load"):
+        await gpu.run(broken)
+    assert await gpu.run(lambda: "still serving") == "still serving"
+
+
+async def test_all_steps_run_on_the_gpu_thread_and_pieces_arrive_in_order(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    threads: set[int] = set()
+
+    def unit(i: int) -> Iterator[np.ndarray]:
+        for j in range(2):
+            threads.add(threading.get_ident())
+            yield piece(10 * i + j)
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        for i in range(3):
+            threads.add(threading.get_ident())
+            yield unit(i)
+
+    job = scheduler.submit(make_job("a", steps))
+    assert values(await collect(job)) == [0, 1, 10, 11, 20, 21]
+    assert threads == {gpu.ident} and gpu.ident != threading.get_ident()
+    assert job.started_at is not None and job.gpu_seconds > 0
+    assert job.delivered == job.consumed == 7  # six pieces and the end
+    stats = scheduler.stats()
+    assert stats["running"] == stats["waiting"] == 0
+    assert stats["keys"]["a"]["used_gpu_s"] > 0
+
+
+async def test_two_keys_jobs_both_complete_in_their_own_order(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+
+    def steps(base: int) -> object:
+        def gen() -> Iterator[list[np.ndarray]]:
+            for i in range(5):
+                yield [piece(base + i)]
+
+        return gen
+
+    a = scheduler.submit(make_job("a", steps(0)))
+    b = scheduler.submit(make_job("b", steps(100)))
+    got_a, got_b = await asyncio.gather(collect(a), collect(b))
+    assert values(got_a) == [0, 1, 2, 3, 4] and values(got_b) == [100, 101, 102, 103, 104]
+
+
+async def test_an_engine_error_reaches_the_consumer_and_the_thread_keeps_serving(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    closed = threading.Event()
+
+    def broken() -> Iterator[list[np.ndarray]]:
+        try:
+            yield [piece(0)]
+            raise RuntimeError("engine broke")
+        finally:
+            closed.set()
+
+    job = scheduler.submit(make_job("a", broken))
+    pieces = job.pieces()
+    assert values([await next_piece(pieces)]) == [0]
+    with pytest.raises(RuntimeError, match="engine broke"):
+        await next_piece(pieces)
+    assert closed.is_set()
+    ran_on: list[int] = []
+
+    def fine() -> Iterator[list[np.ndarray]]:
+        ran_on.append(threading.get_ident())
+        yield [piece(1), piece(2)]
+
+    assert values(await collect(scheduler.submit(make_job("a", fine)))) == [1, 2]
+    assert ran_on == [gpu.ident]
+    assert scheduler.stats()["running"] == 0
+
+
+async def test_an_error_inside_a_stream_reaches_the_consumer(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    closed = threading.Event()
+
+    def stream() -> Iterator[np.ndarray]:
+        yield piece(0)
+        raise RuntimeError("stream broke")
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        try:
+            yield stream()
+            yield iter([piece(99)])
+        finally:
+            closed.set()
+
+    job = scheduler.submit(make_job("a", steps))
+    received = []
+    with pytest.raises(RuntimeError, match="stream broke"):
+        async for p in job.pieces():
+            received.append(p)
+    assert values(received) == [0] and closed.is_set()
+
+
+async def test_cancelling_after_the_first_piece_stops_before_the_next_step(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    hold = threading.Semaphore(0)  # keeps the thread inside step 0, after its piece, until the test has cancelled
+    started: list[int] = []
+    closed_on: list[int] = []
+
+    def unit(i: int) -> Iterator[np.ndarray]:
+        yield piece(i)
+        assert hold.acquire(timeout=WAIT)
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        try:
+            for i in range(5):
+                started.append(i)
+                yield unit(i)
+        finally:
+            closed_on.append(threading.get_ident())
+
+    job = scheduler.submit(make_job("a", steps))
+    pieces = job.pieces()
+    assert values([await next_piece(pieces)]) == [0]
+    job.cancel()
+    hold.release()
+    with pytest.raises(JobCancelled) as err:
+        await next_piece(pieces)
+    assert err.value.status == 504 and err.value.code == "request_timeout"
+    assert "client disconnected" in err.value.message
+    assert started == [0]  # step 1 never began
+    assert closed_on == [gpu.ident]  # the steps generator was closed, on the GPU thread
+    assert scheduler.stats()["running"] == scheduler.stats()["waiting"] == 0
+
+
+async def test_cancelling_mid_step_closes_the_stream_without_running_it_to_its_end(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    hold = threading.Semaphore(0)
+    resumed = threading.Event()
+    produced: list[int] = []
+    stream_closed = threading.Event()
+    steps_closed = threading.Event()
+
+    def stream() -> Iterator[np.ndarray]:
+        try:
+            for i in range(5):
+                produced.append(i)
+                yield piece(i)
+                if i == 0:
+                    resumed.set()  # the scheduler has handed piece 0 over and looked for a cancel
+                    assert hold.acquire(timeout=WAIT)
+        finally:
+            stream_closed.set()
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        try:
+            yield stream()
+            yield iter([piece(99)])
+        finally:
+            steps_closed.set()
+
+    job = scheduler.submit(make_job("a", steps))
+    pieces = job.pieces()
+    assert values([await next_piece(pieces)]) == [0]
+    assert await asyncio.to_thread(resumed.wait, WAIT)
+    job.cancel()
+    hold.release()
+    assert values([await next_piece(pieces)]) == [1]  # the piece already being produced is handed over
+    with pytest.raises(JobCancelled):
+        await next_piece(pieces)
+    assert produced == [0, 1]
+    assert stream_closed.is_set() and steps_closed.is_set()
+
+
+async def test_a_job_cancelled_while_waiting_never_runs_its_steps(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    inside, hold = threading.Event(), threading.Event()
+
+    def blocker_stream() -> Iterator[np.ndarray]:
+        yield piece(0)
+        inside.set()
+        assert hold.wait(WAIT)
+
+    def blocker() -> Iterator[Iterator[np.ndarray]]:
+        yield blocker_stream()
+
+    ran: list[str] = []
+
+    def never() -> Iterator[list[np.ndarray]]:
+        ran.append("ran")
+        yield [piece(1)]
+
+    first = scheduler.submit(make_job("a", blocker))
+    assert inside.wait(WAIT)  # the thread is busy with "a"
+    waiting = scheduler.submit(make_job("b", never))
+    waiting.cancel()
+    hold.set()
+    with pytest.raises(JobCancelled) as err:
+        await collect(waiting)
+    assert err.value.status == 504 and err.value.code == "request_timeout"
+    assert ran == [] and waiting.started_at is None and waiting._units is None
+    assert values(await collect(first)) == [0]
+
+
+async def test_a_job_past_its_deadline_is_dropped_with_a_504(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    ran: list[str] = []
+
+    def never() -> Iterator[list[np.ndarray]]:
+        ran.append("ran")
+        yield [piece(1)]
+
+    job = scheduler.submit(make_job("a", never, deadline=time.monotonic() - 1.0))
+    with pytest.raises(JobCancelled) as err:
+        await collect(job)
+    assert err.value.status == 504 and err.value.code == "request_timeout"
+    assert "timed out" in err.value.message
+    assert ran == []
+
+
+async def test_one_off_calls_run_between_steps_of_a_long_job(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    order: list[str] = []
+    permits = threading.Semaphore(0)
+    entered = [threading.Event() for _ in range(4)]
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        for i in range(4):
+            entered[i].set()
+            assert permits.acquire(timeout=WAIT)
+            order.append(f"step{i}")
+            yield [piece(i)]
+
+    job = scheduler.submit(make_job("a", steps))
+    consumer = asyncio.ensure_future(collect(job))
+    loop = asyncio.get_running_loop()
+    for i in range(3):
+        assert entered[i].wait(WAIT)  # the thread is inside step i
+        call = asyncio.ensure_future(gpu.run(order.append, f"call{i}"))
+        loop.call_soon(permits.release)  # runs after the task above has submitted its call
+        await asyncio.wait_for(call, WAIT)
+    permits.release()
+    assert values(await consumer) == [0, 1, 2, 3]
+    assert order == ["step0", "call0", "step1", "call1", "step2", "call2", "step3"]
+
+
+async def test_a_short_job_gets_its_first_piece_after_at_most_one_more_step_of_a_long_one(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    order: list[str] = []
+    permits = threading.Semaphore(0)
+    entered = [threading.Event() for _ in range(10)]
+
+    def long_steps() -> Iterator[list[np.ndarray]]:
+        for i in range(10):
+            entered[i].set()
+            assert permits.acquire(timeout=WAIT)
+            order.append(f"a{i}")
+            yield [piece(i)]
+
+    def short_steps() -> Iterator[list[np.ndarray]]:
+        for i in range(2):
+            order.append(f"b{i}")
+            yield [piece(100 + i)]
+
+    long = scheduler.submit(make_job("a", long_steps))
+    long_pieces = asyncio.ensure_future(collect(long))
+    permits.release(2)
+    assert entered[2].wait(WAIT)  # "a" has run two steps and is inside its third
+    short = scheduler.submit(make_job("b", short_steps))
+    permits.release(8)
+    assert values(await collect(short)) == [100, 101]
+    assert values(await long_pieces) == list(range(10))
+    first_b = order.index("b0")
+    assert order[:first_b] == ["a0", "a1", "a2"]  # only the step under way when "b" arrived
+    assert sorted(order) == sorted([f"a{i}" for i in range(10)] + ["b0", "b1"])
+
+
+async def test_a_slow_reader_gets_no_new_steps_until_it_catches_up(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu, max_buffered_pieces=2)
+    buffered_at_step: list[int] = []
+    holder: list[Job] = []
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        for i in range(10):
+            buffered_at_step.append(holder[0].buffered)
+            yield [piece(i)]
+
+    job = make_job("a", steps)
+    holder.append(job)
+    scheduler.submit(job)
+
+    def other() -> Iterator[list[np.ndarray]]:
+        yield [piece(100)]
+
+    assert values(await collect(scheduler.submit(make_job("b", other)))) == [100]
+    await gpu.run(lambda: None)
+    assert job.delivered <= 2  # nobody read "a": it stopped at its bound while "b" ran to its end
+    assert values(await collect(job)) == list(range(10))
+    assert len(buffered_at_step) == 10 and max(buffered_at_step) < 2
+
+
+async def test_an_unexpected_error_in_a_step_does_not_kill_the_gpu_thread(gpu: GpuThread) -> None:
+    gpu.submit(lambda: None)
+    failing = gpu.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failing.result(2)
+    assert await gpu.run(lambda: "alive") == "alive"
+
+
+async def test_a_stream_that_runs_dry_records_its_underrun_on_the_job_and_the_engine(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+    second = threading.Event()
+    piece_s = 0.05
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        yield [np.zeros(int(piece_s * RATE), dtype=np.float32)]
+        assert second.wait(WAIT)
+        yield [np.zeros(int(piece_s * RATE), dtype=np.float32)]
+
+    job = Job(
+        engine="kokoro",
+        chars=20,
+        steps=steps,
+        loop=asyncio.get_running_loop(),
+        streaming=True,
+        sample_rate=RATE,
+        unit_chars=(10, 10),
+    )
+    scheduler.submit(job)
+    pieces = job.pieces()
+    await next_piece(pieces)
+    ran_dry_at = job.playback.ends_at
+    assert ran_dry_at is not None
+    asking = asyncio.ensure_future(next_piece(pieces))  # the writer asks for the next piece at once
+    while time.monotonic() < ran_dry_at + 0.2:  # the listener's clock runs out; the second step is held
+        await asyncio.sleep(0.02)
+    second.set()
+    await asking
+    assert job.underruns == 1 and job.underrun_s >= 0.2
+    stats = scheduler.stats()["streams"]
+    assert stats["underruns"] == {"kokoro": 1}
+    assert stats["underrun_s"]["kokoro"] == pytest.approx(job.underrun_s, abs=1e-5)
+    assert stats["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(piece_s / 10)  # learned from its steps
+    with pytest.raises(StopAsyncIteration):
+        await next_piece(pieces)
+
+
+async def test_whole_file_jobs_have_no_playback_clock(gpu: GpuThread) -> None:
+    scheduler = scheduler_for(gpu)
+
+    def steps() -> Iterator[list[np.ndarray]]:
+        yield [np.zeros(RATE, dtype=np.float32)]
+
+    job = Job(
+        engine="kokoro", chars=10, steps=steps, loop=asyncio.get_running_loop(), sample_rate=RATE, unit_chars=(10,)
+    )
+    assert len(await collect(scheduler.submit(job))) == 1
+    assert job.playback.delivered_s == 0 and job.underrun_s == 0
+    assert scheduler.stats()["streams"]["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(0.1)
