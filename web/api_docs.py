@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
 from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES, AudioFormat
+from errors import ERRORS
 from web.http_errors import OPENAI_PREFIX
 
 Responses = dict[int | str, dict[str, Any]]
@@ -62,36 +63,33 @@ _HEADERS: dict[int, dict[str, Any]] = {
     429: RETRY_AFTER,
     503: RETRY_AFTER,
 }
-_WHY: dict[int, str] = {
-    400: "The body is not well-formed: multipart that does not parse (`malformed_multipart`), JSON that is not "
-    "UTF-8 (`bad_request`).",
-    401: "A valid API key is needed: `Authorization: Bearer <key>` (`unauthorized`). Only on a node with "
-    "POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set.",
-    403: "The key is valid but not an admin key (`admin_key_required`); only on a node with keys set.",
-    404: "What the request names is not here: the voice (`voice_not_found`), engine (`engine_not_found`) or model "
-    "(`model_not_found`).",
-    408: "The live request sent no message for POLYTTS_LIVE_IDLE_TIMEOUT_S (`live_idle_timeout`).",
-    409: "Conflicts with what is registered: the same voice id with another transcript (`voice_exists`; send "
-    "replace=true), or a built-in voice (`builtin_voice`).",
-    413: "Too large: text over POLYTTS_MAX_TEXT_CHARS once normalized, numbers spelled out (`text_too_long`), or a "
-    "body, file or part over its limit (`body_too_large`, `file_too_large`, `too_many_parts`, "
-    "`message_too_large`).",
-    415: "The body is not `multipart/form-data` (`expected_multipart`).",
-    422: "A value is invalid: `invalid_input` with each field's problem in `detail`, or a specific code "
-    "(`empty_text`, `unsupported_parameter`, `unsupported_language`, `invalid_blend`, ...). An X-Fairness-Key that "
-    "is not at most 64 printable characters is `invalid_fairness_key`.",
-    429: "At a configured bound (the engine's queue, this key's share): `busy` or a more specific code; retry after "
-    "Retry-After seconds.",
-    503: "Not now: the engine is loading or failed to load (`warming`, `engine_failed`), the node is draining "
-    "(`draining`), or uploads hold their memory budget (`uploads_busy`); retry after Retry-After seconds.",
-    507: "The disk is full: nothing was stored (`insufficient_storage`).",
+_SUMMARY: dict[int, str] = {
+    400: "The body is not well-formed.",
+    401: "A valid API key is needed; only on a node with POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set.",
+    403: "The key is valid but may not do this; only on a node with keys set.",
+    404: "What the request names is not here.",
+    408: "The client sent nothing for too long.",
+    409: "The request conflicts with what is registered.",
+    413: "Too large.",
+    415: "The body's media type is not one the route takes.",
+    422: "A value is invalid.",
+    429: "At a configured bound: retry after Retry-After seconds, here or on another node.",
+    503: "Not now: retry after Retry-After seconds, here or on another node.",
+    507: "The disk is full.",
 }
+"""What an error status means; the codes that answer it, and when, come from `errors.ERRORS`."""
+
+
+def _why(status: int) -> str:
+    """The status's summary, then each code of `errors.ERRORS` that answers it, with its meaning."""
+    codes = [f"- `{code}`: {entry.meaning}" for code, entry in ERRORS.items() if entry.status == status]
+    return "\n".join([_SUMMARY[status], "", *codes])
 
 
 def _error(status: int, openai: bool) -> dict[str, Any]:
     body = OpenAIErrorBody if openai else ErrorBody
     entry: dict[str, Any] = {
-        "description": _WHY[status],
+        "description": _why(status),
         "content": {"application/json": {"schema": {"$ref": COMPONENTS + body.__name__}}},
     }
     if status in _HEADERS:
@@ -294,8 +292,8 @@ def _complete(
         found = model.model_json_schema(ref_template=COMPONENTS + "{model}")
         models.update(found.pop("$defs", {}))
         models[model.__name__] = found
-    for model, field in text_fields.items():
-        models[model]["properties"][field]["maxLength"] = max_text_chars
+    for name, field in text_fields.items():
+        models[name]["properties"][field]["maxLength"] = max_text_chars
     components.setdefault("securitySchemes", {})[BEARER] = {
         "type": "http",
         "scheme": "bearer",
