@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import FrameType
 
 import uvicorn
@@ -46,12 +46,12 @@ OWN_BODY_LIMITS = ("/voices", "/voices/bundle", "/tts/live")
 MAX_JSON_BODY_BYTES = 1024 * 1024
 
 
-def create_app(settings: Settings | None = None, build: Callable[[Settings], Service] = build_service) -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service = app.state.service = build(settings)
+        service = app.state.service = build_service(settings)
         # Bind first, warm after: the port is open while the default engine loads. In a fleet, the broker warms it.
         in_fleet = fleet.attach(app, service)
         service.start(warm=settings.warm_on_start and not in_fleet)

@@ -7,18 +7,20 @@ import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import NoDecode
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from engines import ENGINE_SPECS
-from engines.base import ENV_PREFIX, EngineSettings
-from gpu.scheduler import FairnessPolicy
+from engines.base import ENV_PREFIX, EngineContext, EngineSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parent
 
 
 class ServiceSettings(EngineSettings):
     """The service's own knobs; each engine family adds its own (`EngineSpec.settings`) in `Settings`."""
+
+    # A field read under an old variable name too (an alias) is still set by its own name in code.
+    model_config = SettingsConfigDict(validate_by_name=True)
 
     host: str = "127.0.0.1"
     """Interface to bind. Keep loopback unless a proxy or broker on another host must reach the node."""
@@ -108,7 +110,7 @@ class ServiceSettings(EngineSettings):
 
     openai_voices: dict[str, str] = {}
     """OpenAI voice names for `/v1/audio/speech` as JSON `{"alloy": "af_heart", "narrator": "<voice id>"}`: each
-    replaces a default mapping (README) or adds a name."""
+    replaces a default mapping (docs/api.md) or adds a name."""
 
     drain_seconds: float = Field(30.0, ge=0)
     """On SIGTERM the node drains: /ready answers 503, new syntheses 503 `draining`, running ones finish; after this
@@ -152,7 +154,7 @@ class ServiceSettings(EngineSettings):
     request_timeout_s: float = Field(600.0, ge=0)
     """A synthesis still running after this long is dropped before its next step (504); 0 means no limit."""
 
-    # --- real-time streams and slow readers (scheduler.FairnessPolicy) ---
+    # --- real-time streams and slow readers (gpu.fairness.FairnessPolicy) ---
     stream_admission: bool = True
     """Refuse a new stream (429 `stream_capacity_full`) that the GPU thread could not keep in real time next to the
     admitted ones. Off: streams are admitted by the count bounds only, and run dry under load."""
@@ -196,8 +198,14 @@ class ServiceSettings(EngineSettings):
     retry_after_seconds: float = Field(2.0, gt=0)
     """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
 
-    wav_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
-    """Bound on the in-memory LRU of finished audio (PCM; the name is kept for existing deployments); 0 turns it off."""
+    memory_cache_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        # Aliases are environment names as they are (no prefix added); the first is the one errors name.
+        validation_alias=AliasChoices(f"{ENV_PREFIX}MEMORY_CACHE_BYTES", f"{ENV_PREFIX}WAV_CACHE_BYTES"),
+    )
+    """Bound on the in-memory LRU of finished audio (PCM); 0 turns it off. Its old name, POLYTTS_WAV_CACHE_BYTES, is
+    read too (the new one wins when both are set)."""
 
     pcm_cache_bytes: int = Field(512 * 1024 * 1024, ge=0)
     """Bound on the disk cache of finished PCM; 0 turns it off."""
@@ -214,7 +222,7 @@ class ServiceSettings(EngineSettings):
     warm_on_start: bool = True
     """Load the default engine right after binding. Off: it loads on the first request."""
 
-    # -- hostile clients (issue 17; added with the upload hardening) --------------------------------------------------
+    # --- hostile clients: memory held by uploads ---
 
     upload_budget_bytes: int = Field(64 * 1024 * 1024, ge=0)
     """Bytes of `POST /voices` bodies that all uploads together may hold in memory at once; an upload that would pass
@@ -254,35 +262,21 @@ class ServiceSettings(EngineSettings):
             raise ValueError("POLYTTS_FIRST_CHUNK_CHARS must not exceed POLYTTS_CHUNK_CHARS")
         return self
 
-    def fairness_policy(self) -> FairnessPolicy:
-        return FairnessPolicy(
-            default_weight=self.fairness_default_weight,
-            weights=dict(self.fairness_weights),
-            idle_state_ttl_s=self.idle_state_ttl_s,
-            max_pending_per_key=self.max_pending_per_key,
-            max_pending_per_engine=self.max_pending_per_engine,
-            engine_switch_max_wait_s=self.engine_switch_max_wait_s,
-            max_buffered_pieces=self.max_buffered_pieces,
-            max_inflight=self.max_inflight,
-            max_queued_chars=self.max_queued_chars,
-            retry_after=self.retry_after_seconds,
-            stream_admission=self.stream_admission,
-            stream_gpu_share=self.stream_gpu_share,
-            stream_max_start_wait_s=self.stream_max_start_wait_s,
-            slow_reader_lag_s=self.slow_reader_lag_s,
-            reader_idle_limit_s=self.reader_idle_limit_s,
-            max_client_share=self.max_client_share,
-            max_tracked_keys=self.max_tracked_keys,
-            max_key_labels=self.max_key_labels,
+    def engine_context(self) -> EngineContext:
+        """What every engine's build reads of these settings, beside its own family's."""
+        return EngineContext(
+            runtime=self.runtime,
+            models_dir=self.models_dir,
+            max_voices_mem=self.max_voices_mem,
+            mlx_cache_mb=self.mlx_cache_mb,
+            stream_interval=self.stream_interval,
+            first_chunk_chars=self.first_chunk_chars,
+            chunk_chars=self.chunk_chars,
         )
 
 
 class Settings(ServiceSettings, *(spec.settings for spec in ENGINE_SPECS)):  # type: ignore[misc]
     """Every field maps onto the environment variable `POLYTTS_<FIELD>` (case-insensitive)."""
-
-    @property
-    def kokoro_onnx_path(self) -> Path:
-        return self.kokoro_onnx_dir or self.models_dir / "kokoro-82m-int8"
 
 
 class SettingsError(Exception):
@@ -297,8 +291,9 @@ def load_settings(**overrides: object) -> Settings:
         problems = []
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else ""
-            name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+            name = ENV_PREFIX + field.upper().removeprefix(ENV_PREFIX) if field else "settings"
             problems.append(
                 f"{name}: {error['msg']} (got {error.get('input')!r})" if field else f"{name}: {error['msg']}"
             )
-        raise SettingsError("invalid configuration: " + "; ".join(problems)) from exc
+        # Two fields reading one variable (an old name kept for another field) report its error once.
+        raise SettingsError("invalid configuration: " + "; ".join(dict.fromkeys(problems))) from exc

@@ -1,7 +1,7 @@
-"""Hostile clients and damaged disks (issue 17): replay the adversarial probes and check each answer.
+"""Hostile clients and damaged disks: replay the adversarial probes and check each answer.
 
-    python bench/abuse.py                        # three servers of its own (see below); about two minutes
-    python bench/abuse.py --url URL [--api-key KEY] [--cache-dir DIR] [--pid PID]   # the probes that apply
+    python -m bench.abuse                        # three servers of its own (see below); about two minutes
+    python -m bench.abuse --url URL [--api-key KEY] [--cache-dir DIR] [--pid PID]   # the probes that apply
 
 Prints one line per probe: what the server answered, how long it took, and the server process's memory over the
 probe (`rss`: VmRSS after minus before; `peak`: its VmHWM, reset before the probe, minus VmRSS before), then whether
@@ -12,7 +12,7 @@ Its own servers: `plain` (no API keys, PCM cache on, in-memory cache off so that
 (API keys on, started on a voices folder holding a pack whose meta.json is damaged) and `one_slot`
 (POLYTTS_MAX_INFLIGHT=1, so that one held stream makes every other request a rejection). Against `--url`, probes
 that need a server's files or configuration are skipped with the reason: cache entries need `--cache-dir` (and a
-server with POLYTTS_WAV_CACHE_BYTES=0), bodies refused before authentication need `--api-key` (keys on), random
+server with POLYTTS_MEMORY_CACHE_BYTES=0), bodies refused before authentication need `--api-key` (keys on), random
 fairness keys need keys off and POLYTTS_MAX_INFLIGHT=1, a damaged voices folder needs a server of its own; memory is
 read from /proc when the server runs on this machine (its pid from `--pid` or `/health`).
 """
@@ -41,11 +41,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-if __package__ in (None, ""):  # run as `python bench/abuse.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import SIXTY_WORDS, local_server, new_report, run_main  # noqa: E402
-from engines.kokoro.voicepacks import PACK_SHAPE, pack_id  # noqa: E402
+from bench.common import SIXTY_WORDS, local_server, new_report, run_main
+from engines.kokoro.voicepacks import PACK_SHAPE, pack_id
 
 MB = 1 << 20
 API_KEY = "abuse-probe-key"
@@ -281,7 +278,7 @@ def send_while_reading(
 # --- probes on the plain server ------------------------------------------------------------------------------------
 
 
-CACHE_DAMAGE: dict[str, Callable[[Path], None]] = {
+CACHE_DAMAGE: dict[str, Callable[[Path], object]] = {
     "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
     "emptied": lambda p: p.write_bytes(b""),
     "odd length": lambda p: p.write_bytes(p.read_bytes()[:-1]),
@@ -309,7 +306,7 @@ def cache_probes(target: Target, skip: str | None) -> None:
     target.probe("cache entry written and hit", prepare, skip)
     for damage_name, damage in CACHE_DAMAGE.items():
 
-        def damaged(damage: Callable[[Path], None] = damage) -> Answer:
+        def damaged(damage: Callable[[Path], object] = damage) -> Answer:
             expect("entry" in state, "no cache entry to damage")
             damage(state["entry"])
             with target.client() as client:
@@ -466,7 +463,7 @@ def no_tracebacks(target: Target) -> Answer:
 
 
 def plain_probes(target: Target, own: bool) -> None:
-    cache_probes(target, None if target.cache_dir else "needs --cache-dir (a server with POLYTTS_WAV_CACHE_BYTES=0)")
+    cache_probes(target, None if target.cache_dir else "needs --cache-dir (a server with POLYTTS_MEMORY_CACHE_BYTES=0)")
     target.probe("16 slow readers (1 KB/s), then a fresh client", lambda: slow_readers(target))
     garbage = os.urandom(3000)
     target.probe(
@@ -595,7 +592,7 @@ def own_servers() -> list[Target]:
     targets = []
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        env = {"POLYTTS_WAV_CACHE_BYTES": "0"}
+        env = {"POLYTTS_MEMORY_CACHE_BYTES": "0"}
         with local_server(env, caches=True, log_path=logs / "plain.log") as server:
             plain = Target("plain", server.url, server.pid, cache_dir=server.cache_dir, log_path=server.log_path)
             plain_probes(plain, own=True)

@@ -1,7 +1,7 @@
 """Cache hits: latency of repeated `/tts` and `/tts/stream` hits, and throughput of sequential and concurrent hits.
 
-    python bench/cache_hits.py               # starts its own server with caches on (default sizes)
-    python bench/cache_hits.py --url URL     # a running server with caches on
+    python -m bench.cache_hits               # starts its own server with caches on (default sizes)
+    python -m bench.cache_hits --url URL     # a running server with caches on
 
 Informational (no goal). Writes `bench/results/cache_hits-<UTC time>.json` (or `--out`).
 """
@@ -13,15 +13,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-if __package__ in (None, ""):  # run as `python bench/cache_hits.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import SHORT_TEXT, figure_main, stats  # noqa: E402
+from bench.common import SHORT_TEXT, figure_main, stats
 
 Hit = Callable[[httpx.Client], tuple[float, str]]
 

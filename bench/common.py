@@ -1,8 +1,9 @@
 """What every benchmark shares: a server of its own, the host it ran on, figures in sections, JSON results.
 
-A benchmark script is `python bench/<figure>.py [--url URL] [--out PATH]`: without `--url` it starts `server.py` on a
-free port (`local_server`), and it writes one JSON file to `bench/results/<figure>-<UTC time>.json` (`new_report`,
-`write_report`: host, load average, commit, flags and its figures), then prints a short table (`run_main`).
+A benchmark is a module run from the repository root, `python -m bench.<figure> [--url URL] [--out PATH]`: without
+`--url` it starts `server.py` on a free port (`local_server`), and it writes one JSON file to
+`bench/results/<figure>-<UTC time>.json` (`new_report`, `write_report`: host, load average, commit, flags and its
+figures), then prints a short table (`run_main`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def local_server(
             "POLYTTS_LOG_LEVEL": "warning",
         }
         if not caches:
-            env |= {"POLYTTS_WAV_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
+            env |= {"POLYTTS_MEMORY_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
         env |= dict(extra_env or {})
         output = stack.enter_context(open(log_path, "ab")) if log_path else None
         proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=env, stdout=output, stderr=output)
@@ -190,7 +191,7 @@ def section(report: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]])
         result = fn()
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # noqa: BLE001 - one failed figure must not lose the others
+    except Exception as exc:
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         sys.stderr.write(f"[{report['benchmark']}] {name} failed: {exc}\n")
     result["elapsed_s"] = time.perf_counter() - started

@@ -1,8 +1,8 @@
-"""Concurrent streams (issue 11): how soon each stream starts, and whether a client playing it in real time stalls.
+"""Concurrent streams: how soon each stream starts, and whether a client playing it in real time stalls.
 
-    python bench/concurrency.py              # starts its own server (caches off), anonymous then keyed clients
-    python bench/concurrency.py --url URL    # a running server with caches off (its own limits apply)
-    python bench/concurrency.py --runs 1 --clients 1,2 --burst 6 --only busy --only burst   # a quick look
+    python -m bench.concurrency              # starts its own server (caches off), anonymous then keyed clients
+    python -m bench.concurrency --url URL    # a running server with caches off (its own limits apply)
+    python -m bench.concurrency --runs 1 --clients 1,2 --burst 6 --only busy --only burst   # a quick look
 
 Every stream is read as it arrives by a listener that starts playing at the first byte, plays in real time and
 pauses when it runs dry: its time to first audio (TTFA) and its underrun (time spent paused after the first byte).
@@ -37,9 +37,6 @@ from typing import Any
 
 import httpx
 
-if __package__ in (None, ""):  # run as `python bench/concurrency.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import (
     SHORT_TEXT,
     SIXTY_WORDS,
@@ -51,7 +48,7 @@ from bench.common import (
     server_timing,
     server_view,
     wait_idle,
-)  # noqa: E402
+)
 
 PARAGRAPH = (
     "Ships that sail across the northern sea carry grain, timber and wool to the harbours of the south. The "
@@ -217,7 +214,9 @@ def reference(url: str, args: argparse.Namespace, key: str | None) -> Reference:
         for _ in range(max(3, args.runs)):
             response = client.post("/tts", json={"text": CHUNK_SENTENCE, "language": "en"}, headers=headers)
             synth.append(float(server_timing(response.headers.get("server-timing", "")).get("synth_s", 0.0)))
-        speed = client.get("/health").json()["inflight"].get("streams", {}).get("speed", {})
+        speed: dict[str, dict[str, float]] = (
+            client.get("/health").json()["inflight"].get("streams", {}).get("speed", {})
+        )
     engine_speed = next(iter(speed.values()), {}).get("gpu_s_per_audio_s") if speed else None
     return Reference(solo(SHORT_TEXT), solo(PARAGRAPH), solo(BURST_TEXT), statistics.median(synth), engine_speed)
 
@@ -241,7 +240,7 @@ def busy(url: str, args: argparse.Namespace, keyed: bool, ref: Reference) -> dic
         player.join(600)
         loaded.append({"short": public(short), "long": public(playing[0]) if playing else None})
     ttfas = [r["short"]["ttfa_s"] for r in loaded if r["short"]["ttfa_s"] is not None]
-    ratio = median(ttfas) / ref.short_ttfa_s if ttfas else None
+    ratio = statistics.median(ttfas) / ref.short_ttfa_s if ttfas else None
     return {
         "goal": "short stream's first audio while a 63-word stream plays <= 2 x alone (medians)",
         "met": ratio is not None and ratio <= 2.0,
@@ -357,7 +356,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             keyed = mode == "keyed"
             try:
                 ref = reference(url, args, "solo" if keyed else None)
-            except Exception as exc:  # noqa: BLE001 - recorded; the other mode still runs
+            except Exception as exc:
                 report["figures"][f"{mode}/reference"] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
             report["figures"][f"{mode}/reference"] = asdict(ref)

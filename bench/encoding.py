@@ -1,15 +1,15 @@
 """Encoding benchmark: what the streaming encoders add to the time to first byte and to the total time.
 
-    python bench/encoding.py                       # both parts; the HTTP part starts server.py (caches off)
-    python bench/encoding.py --url URL             # HTTP part against a running server (start it with caches off:
-                                                   #   POLYTTS_WAV_CACHE_BYTES=0 POLYTTS_PCM_CACHE_BYTES=0)
-    python bench/encoding.py --only in-process     # no server: the encoders over Kokoro PCM made in this process
+    python -m bench.encoding                       # both parts; the HTTP part starts server.py (caches off)
+    python -m bench.encoding --url URL             # HTTP part against a running server (start it with caches off:
+                                                   #   POLYTTS_MEMORY_CACHE_BYTES=0 POLYTTS_PCM_CACHE_BYTES=0)
+    python -m bench.encoding --only in-process     # no server: the encoders over Kokoro PCM made in this process
 
 HTTP: `POST /v1/audio/speech` with the 60-word text (bench/common.py SIXTY_WORDS) as `mp3`, `opus` and `pcm` (the
 formats interleaved run by run), time to first byte and total time; encoding's cost is each format's median against
 `pcm`'s. In-process: the default engine speaks the same text chunk by chunk as the service does, and every format's
 encoder is fed those pieces, timed alone: its share of synthesis plus encoding, its cost per second of audio, and the
-delay from the first PCM to the first encoded byte. Goal (issue 12): encoding adds at most 5% to the total time and
+delay from the first PCM to the first encoded byte. Goal: encoding adds at most 5% to the total time and
 at most 50 ms to the first byte. Writes `bench/results/encoding-<UTC time>.json` (or `--out`) and prints a table.
 """
 
@@ -25,11 +25,8 @@ from typing import Any
 
 import httpx
 
-if __package__ in (None, ""):  # run as `python bench/encoding.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from audio.encoding import AUDIO_FORMATS, open_encoder, to_pcm16  # noqa: E402
-from bench.common import (  # noqa: E402
+from audio.encoding import AUDIO_FORMATS, open_encoder, to_pcm16
+from bench.common import (
     SIXTY_WORDS,
     in_process_engine,
     local_server,
@@ -39,7 +36,7 @@ from bench.common import (  # noqa: E402
     server_view,
     stats,
 )
-from settings import load_settings  # noqa: E402
+from settings import load_settings
 
 TEXT = SIXTY_WORDS
 HTTP_FORMATS = ("mp3", "opus", "pcm")

@@ -1,7 +1,7 @@
 """Weighted fair sharing of the GPU thread between busy keys, over HTTP.
 
-    python bench/fairness.py                 # starts its own server (caches off, weights gold 2 / silver 1)
-    python bench/fairness.py --url URL       # a running server started with caches off and
+    python -m bench.fairness                 # starts its own server (caches off, weights gold 2 / silver 1)
+    python -m bench.fairness --url URL       # a running server started with caches off and
                                              # POLYTTS_FAIRNESS_WEIGHTS='{"gold": 2, "silver": 1}'
 
 Keys "gold" (weight 2) and "silver" (weight 1) each keep `--inflight` whole-file `/tts` requests going; the split of
@@ -20,15 +20,11 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-if __package__ in (None, ""):  # run as `python bench/fairness.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import figure_main, server_timing, stats, wait_idle  # noqa: E402
+from bench.common import figure_main, server_timing, stats, wait_idle
 
 WEIGHTS = {"gold": 2.0, "silver": 1.0}
 MEDIUM_TEXTS = [

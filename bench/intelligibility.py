@@ -1,8 +1,8 @@
 """Intelligibility benchmark: synthesize English paragraphs, transcribe them with Whisper base, count the errors.
 
-    python bench/intelligibility.py                            # starts server.py (caches off); its default voice
-    python bench/intelligibility.py --url URL --voice af_heart
-    python bench/intelligibility.py --only money --only dates  # some paragraphs only
+    python -m bench.intelligibility                            # starts server.py (caches off); its default voice
+    python -m bench.intelligibility --url URL --voice af_heart
+    python -m bench.intelligibility --only money --only dates  # some paragraphs only
 
 Each paragraph goes through the server's `POST /tts` (WAV); Whisper base (bench/asr.py, offline) transcribes it with
 word timestamps. Reported per paragraph and overall: the word error rate after normalizing both sides (numbers and
@@ -18,17 +18,13 @@ import argparse
 import io
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import soundfile as sf
 
-if __package__ in (None, ""):  # run as `python bench/intelligibility.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.asr import Transcriber, report  # noqa: E402
-from bench.common import figure_main  # noqa: E402
+from bench.asr import Transcriber, report
+from bench.common import figure_main
 
 WER_GOAL = 0.02
 PARAGRAPHS = {

@@ -1,7 +1,7 @@
-"""Live text in, speech out (issue 13): a simulated language model writes the 60-word text while the server speaks it.
+"""Live text in, speech out: a simulated language model writes the 60-word text while the server speaks it.
 
-    python bench/live.py                        # starts server.py (caches off); both live routes, 3 runs each
-    python bench/live.py --url URL --api-key KEY --runs 1 --tokens-per-s 50
+    python -m bench.live                        # starts server.py (caches off); both live routes, 3 runs each
+    python -m bench.live --url URL --api-key KEY --runs 1 --tokens-per-s 50
 
 The text (bench/common.py SIXTY_WORDS) is cut into word-ish tokens (a word with its leading space, or a run of
 punctuation) sent at `--tokens-per-s` (30) as `{"text": token}` messages, over the WebSocket `/tts/live/ws` (the
@@ -38,7 +38,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -46,13 +45,10 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-if __package__ in (None, ""):  # run as `python bench/live.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import SIXTY_WORDS, Playback, figure_main, measure_stream  # noqa: E402
-from bench.duplex_http import DuplexRequest  # noqa: E402
-from settings import load_settings  # noqa: E402
-from text.chunking import PhraseSegmenter  # noqa: E402
+from bench.common import SIXTY_WORDS, Playback, figure_main, measure_stream
+from bench.duplex_http import DuplexRequest
+from settings import load_settings
+from text.chunking import PhraseSegmenter
 
 GOAL_EXCESS_S = 0.100
 _TOKEN = re.compile(r"\s*(?:[\w'’]+|[^\w\s]+)")
@@ -309,8 +305,8 @@ def summarise(runs: list[dict[str, Any]], stream_ttfa: dict[str, float]) -> list
     against the phrase's `/tts/stream` time to first audio."""
     by_text: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
-        for row in run.get("phrases", []):
-            by_text.setdefault(row["text"], []).append(row)
+        for spoken in run.get("phrases", []):
+            by_text.setdefault(spoken["text"], []).append(spoken)
     rows = []
     for number, text in enumerate(sorted(by_text, key=SIXTY_WORDS.find), 1):
         found = by_text[text]

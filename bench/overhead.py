@@ -1,7 +1,7 @@
 """Service overhead: `/tts` over HTTP against the same Kokoro engine called directly in this process.
 
-    python bench/overhead.py                 # starts its own server (caches off)
-    python bench/overhead.py --url URL       # a running server with caches off
+    python -m bench.overhead                 # starts its own server (caches off)
+    python -m bench.overhead --url URL       # a running server with caches off
 
 Both synthesize the same text cut into the same chunks, alternating (direct, http), (http, direct), ... Goal: the
 service at most 5 % slower (medians). Writes `bench/results/overhead-<UTC time>.json` (or `--out`).
@@ -13,15 +13,11 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-if __package__ in (None, ""):  # run as `python bench/overhead.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     SHORT_TEXT,
     SIXTY_WORDS,
     figure_main,

@@ -1,13 +1,14 @@
 """Run every benchmark and combine their results into one JSON file.
 
-    python bench/run_all.py                                  # each benchmark starts its own server
-    python bench/run_all.py --skip cache_hits --skip overhead
-    python bench/run_all.py --args concurrency="--runs 3 --burst 20" --args fairness="--seconds 30"
-    python bench/run_all.py --url URL                        # all against one running server (see each script)
+    python -m bench.run_all                                  # each benchmark starts its own server
+    python -m bench.run_all --skip cache_hits --skip overhead
+    python -m bench.run_all --args concurrency="--runs 3 --burst 20" --args fairness="--seconds 30"
+    python -m bench.run_all --url URL                        # all against one running server (see each script)
 
-Each benchmark runs as a subprocess with this same Python and writes its own JSON (`--out`, into `bench/results/`);
-this script reads them back and writes `bench/results/all-<UTC time>.json` holding all of them, with each one's exit
-status and duration. It exits non-zero when any benchmark failed.
+Each benchmark runs as a subprocess, `python -m bench.<name>` with this same Python from the repository root, and
+writes its own JSON (`--out`, into `bench/results/`); this script reads them back and writes
+`bench/results/all-<UTC time>.json` holding all of them, with each one's exit status and duration. It exits non-zero
+when any benchmark failed.
 """
 
 from __future__ import annotations
@@ -22,27 +23,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python bench/run_all.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import RESULTS, ROOT, new_report, stop_on_sigterm, write_report
 
-from bench.common import RESULTS, ROOT, new_report, stop_on_sigterm, write_report  # noqa: E402
-
-BENCHMARKS = {
-    "stream": "bench/stream.py",
-    "concurrency": "bench/concurrency.py",
-    "fairness": "bench/fairness.py",
-    "overhead": "bench/overhead.py",
-    "cache_hits": "bench/cache_hits.py",
-    "encoding": "bench/encoding.py",
-    "live": "bench/live.py",
-    "intelligibility": "bench/intelligibility.py",
-    "timings": "bench/timings.py",
-    "abuse": "bench/abuse.py",
-}
+BENCHMARKS = (
+    "stream",
+    "concurrency",
+    "fairness",
+    "overhead",
+    "cache_hits",
+    "encoding",
+    "live",
+    "intelligibility",
+    "timings",
+    "abuse",
+)
+"""The benchmarks, in the order they run: each is the module `bench.<name>`."""
 
 
-def run_one(name: str, script: str, out: Path, extra: list[str], timeout: float | None) -> dict[str, Any]:
-    command = [sys.executable, script, "--out", str(out), *extra]
+def run_one(name: str, out: Path, extra: list[str], timeout: float | None) -> dict[str, Any]:
+    command = [sys.executable, "-m", f"bench.{name}", "--out", str(out), *extra]
     sys.stderr.write(f"[run_all] {name}: {shlex.join(command)}\n")
     started = time.perf_counter()
     entry: dict[str, Any] = {"command": command, "out": str(out)}
@@ -95,11 +94,11 @@ def main() -> int:
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     combined = new_report("all", args)
     combined["benchmarks"] = {}
-    for name, script in BENCHMARKS.items():
+    for name in BENCHMARKS:
         if name in args.skip:
             continue
         extra = [*(["--url", args.url] if args.url else []), *extras.get(name, [])]
-        combined["benchmarks"][name] = run_one(name, script, RESULTS / f"{name}-{stamp}.json", extra, args.timeout)
+        combined["benchmarks"][name] = run_one(name, RESULTS / f"{name}-{stamp}.json", extra, args.timeout)
     combined["failed"] = sorted(name for name, entry in combined["benchmarks"].items() if entry.get("error"))
     path = write_report(combined, args.out or RESULTS / f"all-{stamp}.json")
     for name, entry in combined["benchmarks"].items():

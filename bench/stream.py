@@ -1,7 +1,7 @@
 """Streaming latency: time to first audio, total time and real-time factor of one request alone, over HTTP.
 
-    python bench/stream.py                   # starts server.py on a free port with caches off, then stops it
-    python bench/stream.py --url URL         # against a running server (start it with POLYTTS_*_CACHE_BYTES=0)
+    python -m bench.stream                   # starts server.py on a free port with caches off, then stops it
+    python -m bench.stream --url URL         # against a running server (start it with POLYTTS_*_CACHE_BYTES=0)
 
 Writes `bench/results/stream-<UTC time>.json` (or `--out`) to compare run to run.
 """
@@ -17,10 +17,7 @@ from typing import Any
 
 import httpx
 
-if __package__ in (None, ""):  # run as `python bench/stream.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import SHORT_TEXT, SIXTY_WORDS, local_server, measure_stream, new_report, run_main, server_view  # noqa: E402
+from bench.common import SHORT_TEXT, SIXTY_WORDS, local_server, measure_stream, new_report, run_main, server_view
 
 CASES = {"one_sentence": SHORT_TEXT, "sixty_words": SIXTY_WORDS}
 

@@ -1,7 +1,7 @@
 """Word timings against Whisper: does each word's midpoint fall within 150 ms of where Whisper hears it?
 
-    python bench/timings.py                   # starts server.py (caches off); the server's default voice
-    python bench/timings.py --url URL --voice af_bella
+    python -m bench.timings                   # starts server.py (caches off); the server's default voice
+    python -m bench.timings --url URL --voice af_bella
 
 Asks the server's `POST /tts` for known texts with `timestamps: true` (the audio and each word's start and end, as
 clients get them), transcribes each whole response with Whisper base (bench/asr.py: faster-whisper, word timestamps,
@@ -27,18 +27,14 @@ import statistics
 import sys
 from collections.abc import Sequence
 from difflib import SequenceMatcher
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import soundfile as sf
 
-if __package__ in (None, ""):  # run as `python bench/timings.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.asr import Transcriber, Word, silences  # noqa: E402
-from bench.common import SHORT_TEXT, SIXTY_WORDS, figure_main  # noqa: E402
+from bench.asr import Transcriber, Word, silences
+from bench.common import SHORT_TEXT, SIXTY_WORDS, figure_main
 
 TEXTS = {
     "pangram": SHORT_TEXT,
@@ -95,7 +91,7 @@ def normalized(word: str) -> str:
 def compare(ours: list[Word], heard: Sequence[Word], tolerance: float) -> dict[str, Any]:
     """Pair words spelled alike, in order, and measure each pair's midpoint deviation (ours minus Whisper's)."""
     matcher = SequenceMatcher(None, [normalized(w.text) for w in ours], [normalized(w.text) for w in heard])
-    pairs = []
+    pairs: list[dict[str, Any]] = []
     paired_ours: set[int] = set()
     for block in matcher.get_matching_blocks():
         for k in range(block.size):
@@ -136,7 +132,7 @@ def pause_edges(wav: bytes, words: Sequence[Word]) -> dict[str, Any]:
     after it start where the sound resumes. The pair of words whose boundary lies nearest the pause's middle (and
     around it) is the pause's; a pause inside a word (no boundary near it) is not measured."""
     samples, rate = sf.read(io.BytesIO(wav), dtype="float32")
-    edges = []
+    edges: list[dict[str, Any]] = []
     for stop, resume in silences(samples, rate, MIN_PAUSE_S):
         around = [
             i for i in range(len(words) - 1) if words[i].end >= stop - 0.15 and words[i + 1].start <= resume + 0.15

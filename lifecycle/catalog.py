@@ -11,12 +11,13 @@ from typing import Any
 
 from engines import FAMILIES
 from engines.base import BlendVoice, BuiltinVoice, VoiceRef
-from engines.kokoro.voicepacks import canonical_blend, is_blend, parse_blend
+from engines.kokoro.blends import canonical_blend, is_blend, parse_blend
 from errors import InvalidInput, NotFound, ServiceError, Unavailable
 from gpu.engine_pool import EnginePool
 from voicebank import bundles
+from voicebank.ids import is_voice_id
 from voicebank.peers import Peers
-from voicebank.registry import VoiceRegistry, is_voice_id
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry, excerpt
 
 

@@ -13,8 +13,10 @@ from cache import MemoryCache
 from engines import ENGINE_SPECS, FAMILIES
 from gpu import residency
 from gpu.engine_pool import EnginePool, build_engines
+from gpu.fairness import FairnessPolicy
+from gpu.gpu_thread import GpuThread
 from gpu.runtime import process_memory, uses_mlx
-from gpu.scheduler import GpuThread, Scheduler
+from gpu.scheduler import Scheduler
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from lifecycle.synthesis import SynthesisService
@@ -158,12 +160,36 @@ class Service:
         return {"policy": dataclasses.asdict(self.scheduler.policy), **self.scheduler.stats()}
 
 
+def fairness_policy(settings: Settings) -> FairnessPolicy:
+    """The fair queue's weights and bounds, as the settings give them."""
+    return FairnessPolicy(
+        default_weight=settings.fairness_default_weight,
+        weights=dict(settings.fairness_weights),
+        idle_state_ttl_s=settings.idle_state_ttl_s,
+        max_pending_per_key=settings.max_pending_per_key,
+        max_pending_per_engine=settings.max_pending_per_engine,
+        engine_switch_max_wait_s=settings.engine_switch_max_wait_s,
+        max_buffered_pieces=settings.max_buffered_pieces,
+        max_inflight=settings.max_inflight,
+        max_queued_chars=settings.max_queued_chars,
+        retry_after=settings.retry_after_seconds,
+        stream_admission=settings.stream_admission,
+        stream_gpu_share=settings.stream_gpu_share,
+        stream_max_start_wait_s=settings.stream_max_start_wait_s,
+        slow_reader_lag_s=settings.slow_reader_lag_s,
+        reader_idle_limit_s=settings.reader_idle_limit_s,
+        max_client_share=settings.max_client_share,
+        max_tracked_keys=settings.max_tracked_keys,
+        max_key_labels=settings.max_key_labels,
+    )
+
+
 def build_service(settings: Settings) -> Service:
     gpu = GpuThread()
     # Read at scrape time, once the scheduler and the pool below exist.
     metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status())
     pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, metrics)
-    scheduler = Scheduler(gpu, settings.fairness_policy(), lambda: pool.manager.resident())
+    scheduler = Scheduler(gpu, fairness_policy(settings), lambda: pool.manager.resident())
     registry = VoiceRegistry(
         settings.voices_dir,
         families=FAMILIES,
@@ -178,7 +204,7 @@ def build_service(settings: Settings) -> Service:
         pool=pool,
         catalog=catalog,
         scheduler=scheduler,
-        memory_cache=MemoryCache(settings.wav_cache_bytes),
+        memory_cache=MemoryCache(settings.memory_cache_bytes),
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
         metrics=metrics,
     )

@@ -14,9 +14,9 @@ import dataclasses
 import logging
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 from pydantic import ValidationError
@@ -25,25 +25,83 @@ from audio.encoding import AudioFormat, codec_sample_rate, encode_whole, open_en
 from audio.seams import ChunkJoiner
 from audio.word_timings import Words, WordTiming
 from cache import MemoryCache, synthesis_key
-from engines import FAMILIES
+from engines import ENGINE_SPECS, FAMILIES
 from engines.base import Engine, Param, SynthesisOptions, VoiceRef
 from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable, invalid_fields
 from gpu.engine_pool import EnginePool
-from gpu.scheduler import CLIENT_GONE, Job, Scheduler
+from gpu.jobs import CLIENT_GONE, Job
+from gpu.scheduler import Scheduler
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from pcm_cache import PcmCache
 from settings import Settings
 from text.chunking import Chunk, PhraseSegmenter, chunk_text, normalize_text
 from text.languages import resolve_language
+from text.live_text import LiveText
 from voicebank.voice_entry import VoiceEntry
-from web.live_transport import LiveText
-from web.protocol import ENGINE_PARAMS, LiveOptions, SpeechFields, VoiceFields
 
 log = logging.getLogger("polytts.synthesis")
 T = TypeVar("T")
 CACHE_SLICE = 32 * 1024
 """A cached answer is sent in slices of this many bytes, as a generated one is sent in pieces."""
+ENGINE_PARAMS = frozenset(name for spec in ENGINE_SPECS for name in spec.params.model_fields)
+"""Request fields that are generation parameters of some engine family; another family's is a 422."""
+
+
+class VoiceRequest(Protocol):
+    """Who speaks and how: what every speech request gives besides its text (the web layer's request models), and
+    any family's generation parameters (ENGINE_PARAMS) as attributes, None where not given."""
+
+    @property
+    def voice_id(self) -> str | None: ...
+
+    @property
+    def language(self) -> str | None: ...
+
+
+class SpeechRequest(VoiceRequest, Protocol):
+    """A request whose text is given whole, with its own caps per generation (None: the engine's)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def max_chars_per_gen(self) -> int | None: ...
+
+    @property
+    def max_sentences_per_gen(self) -> int | None: ...
+
+
+class ChunkSource(Protocol):
+    """Where a synthesis's chunks come from, taken in order by the GPU thread: planned from the whole text
+    (`PlannedChunks`), or cut from a live request's text as it arrives (text.live_text.LiveText)."""
+
+    @property
+    def unit_chars(self) -> tuple[int, ...]:
+        """Characters of each chunk, when all are known in advance (admission's estimate of the work); else ()."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether a chunk, or the end, can be taken now: a job with none holds no step of the GPU thread."""
+        ...
+
+    def take(self) -> tuple[Chunk, bool] | None:
+        """The next chunk and whether it is known to be the last; None once there are no more."""
+        ...
+
+
+class PlannedChunks:
+    """The chunks of a text planned whole (`chunk_text`): all known, always ready."""
+
+    def __init__(self, chunks: list[Chunk]) -> None:
+        self.unit_chars = tuple(len(chunk.text) for chunk in chunks)
+        self._next = iter((chunk, index == len(chunks) - 1) for index, chunk in enumerate(chunks))
+
+    def ready(self) -> bool:
+        return True
+
+    def take(self) -> tuple[Chunk, bool] | None:
+        return next(self._next, None)
 
 
 @dataclass(frozen=True)
@@ -102,7 +160,7 @@ class Timings:
     in_flight: bool = False
     """Counted in `SynthesisService.in_flight` until it ends."""
     underrun: float | None = None
-    """Streams only: seconds a listener playing in real time would have stalled (scheduler.Job.underrun_s)."""
+    """Streams only: seconds a listener playing in real time would have stalled (gpu.jobs.Job.underrun_s)."""
 
     def audio_seconds(self) -> float:
         return self.audio_bytes / 2 / self.plan.engine.sample_rate if self.plan else 0.0
@@ -160,7 +218,7 @@ class Speech:
         plan: Plan,
         timings: Timings,
         ctx: RequestContext,
-        items: AsyncIterator[bytes | Words],
+        items: AsyncGenerator[bytes | Words, None],
         job: Job | None = None,
     ) -> None:
         self.service = service
@@ -178,7 +236,7 @@ class Speech:
         """Wait for the first audio, so that a failure to load or start is still an error status."""
         self._first = await until_disconnected(self.ctx, anext(self._items, b""))
 
-    async def events(self) -> AsyncIterator[bytes | Words]:
+    async def events(self) -> AsyncGenerator[bytes | Words, None]:
         """PCM pieces and, after each chunk's audio, its word timings, as they are made; closing this early cancels
         the synthesis before its next step."""
         try:
@@ -199,15 +257,15 @@ class Speech:
             "X-Cache": self.timings.cache,
         }
 
-    def pcm(self) -> AsyncIterator[bytes]:
+    def pcm(self) -> AsyncGenerator[bytes, None]:
         """s16le PCM as it is generated (word timings go to `words`); closing it early cancels the synthesis."""
         return self._audio(self.events())
 
-    def encoded(self, fmt: AudioFormat) -> AsyncIterator[bytes]:
+    def encoded(self, fmt: AudioFormat) -> AsyncGenerator[bytes, None]:
         """The audio in `fmt` as it is generated (see `encoded_events`; word timings go to `words`)."""
         return self._audio(self.encoded_events(fmt))
 
-    async def _audio(self, items: AsyncIterator[bytes | Words]) -> AsyncIterator[bytes]:
+    async def _audio(self, items: AsyncGenerator[bytes | Words, None]) -> AsyncGenerator[bytes, None]:
         async with contextlib.aclosing(items) as events:
             async for item in events:
                 if isinstance(item, Words):
@@ -215,7 +273,7 @@ class Speech:
                 else:
                     yield item
 
-    async def encoded_events(self, fmt: AudioFormat) -> AsyncIterator[bytes | Words]:
+    async def encoded_events(self, fmt: AudioFormat) -> AsyncGenerator[bytes | Words, None]:
         """The audio in `fmt` as it is generated, and word timings after each chunk's audio: one encoder for the
         response, fed each piece as it comes. Codecs run on a worker thread a slice at a time, so encoding overlaps
         synthesis and never holds the event loop."""
@@ -340,7 +398,7 @@ class SynthesisService:
         if self.draining:
             raise Unavailable("this node is draining before a restart; retry on another node", code="draining")
 
-    async def speak(self, request: SpeechFields, ctx: RequestContext, timed: bool = False) -> Speech:
+    async def speak(self, request: SpeechRequest, ctx: RequestContext, timed: bool = False) -> Speech:
         """Plan the request, then serve it from the caches or admit it and wait for its first audio.
 
         Raises the ServiceError a client should see (404, 413, 422, 429, 503, ...), logged and counted as the
@@ -355,7 +413,7 @@ class SynthesisService:
                 timings.cache = "hit"
                 speech = Speech(self, plan, timings, ctx, self._cached_stream(timings, cached))
             else:
-                job = self.submit(plan, ctx)
+                job = self.submit(plan, ctx, PlannedChunks(plan.chunks))
                 speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings), job)
             timings.in_flight = True
             self.in_flight += 1
@@ -366,7 +424,7 @@ class SynthesisService:
             raise
 
     async def speak_live(
-        self, request: LiveOptions, ctx: RequestContext, timed: bool | None
+        self, request: VoiceRequest, ctx: RequestContext, timed: bool | None
     ) -> tuple[Speech, LiveText]:
         """Admit a live request: its voice planned now, its phrases spoken as its text (the LiveText returned) gets
         them; never cached."""
@@ -409,7 +467,7 @@ class SynthesisService:
 
     # -- planning --------------------------------------------------------------------------------------------------
 
-    async def plan(self, request: SpeechFields, engine_name: str | None = None, timed: bool = False) -> Plan:
+    async def plan(self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False) -> Plan:
         text = normalize_text(_speakable(request.text))
         if not any(unicodedata.category(char)[0] in "LNS" for char in text):
             raise InvalidInput("text is empty: it holds nothing to speak", code="empty_text")
@@ -438,7 +496,7 @@ class SynthesisService:
         return dataclasses.replace(plan, text=text, chunks=chunks, cache_key=key)
 
     async def plan_voice(
-        self, request: VoiceFields, engine_name: str | None = None, timed: bool | None = False
+        self, request: VoiceRequest, engine_name: str | None = None, timed: bool | None = False
     ) -> Plan:
         """Everything but the text: the voice, its engine (ready), the language and the engine's parameters. A live
         request plans this much before its text arrives. `timed` None: word timings where the engine has them."""
@@ -466,7 +524,7 @@ class SynthesisService:
         return Plan(engine, voice, voice_key, "", [], options, None, timed)
 
     @staticmethod
-    def engine_params(engine: Engine, request: VoiceFields) -> dict[str, Param]:
+    def engine_params(engine: Engine, request: VoiceRequest) -> dict[str, Param]:
         """The engine family's generation parameters: its defaults, overridden by what the request gave."""
         given = {name: value for name in ENGINE_PARAMS if (value := getattr(request, name, None)) is not None}
         spec = FAMILIES[engine.name]
@@ -488,7 +546,7 @@ class SynthesisService:
         return params
 
     @classmethod
-    def chunks(cls, engine: Engine, text: str, request: SpeechFields) -> list[Chunk]:
+    def chunks(cls, engine: Engine, text: str, request: SpeechRequest) -> list[Chunk]:
         """Text split by the engine's caps per generation, or the request's own (0 meaning unlimited)."""
         return chunk_text(text, *cls.caps(engine, request.max_chars_per_gen, request.max_sentences_per_gen))
 
@@ -532,7 +590,7 @@ class SynthesisService:
         except OSError as exc:  # the request is served all the same; one line says why the entry is missing
             log.warning("%s", exc)
 
-    async def _cached_stream(self, timings: Timings, pcm: bytes) -> AsyncIterator[bytes]:
+    async def _cached_stream(self, timings: Timings, pcm: bytes) -> AsyncGenerator[bytes, None]:
         outcome = "cancelled"
         try:
             for start in range(0, len(pcm), CACHE_SLICE):
@@ -547,18 +605,16 @@ class SynthesisService:
 
     # -- generation ------------------------------------------------------------------------------------------------
 
-    def submit(self, plan: Plan, ctx: RequestContext, live: LiveText | None = None) -> Job:
-        """Admit the synthesis (or raise Busy); its steps, one chunk each, run on the GPU thread, interleaved fairly
-        with other requests' steps. A live request's chunks come from `live` as its text arrives."""
+    def submit(self, plan: Plan, ctx: RequestContext, chunks: ChunkSource) -> Job:
+        """Admit the synthesis (or raise Busy); its steps, one chunk each as `chunks` gives them, run on the GPU
+        thread, interleaved fairly with other requests' steps."""
         engine = plan.engine
         manager = self.pool.manager
-        planned = iter((chunk, index == len(plan.chunks) - 1) for index, chunk in enumerate(plan.chunks))
-        take = live.take if live is not None else lambda: next(planned, None)
 
         def steps() -> Iterator[Iterator[np.ndarray | Words]]:
             voice = Voicing(engine, plan.options, plan.timed)
             try:
-                while (taken := take()) is not None:
+                while (taken := chunks.take()) is not None:
                     chunk, last = taken
                     # Another request may have switched engines between two steps: load again if so.
                     self.pool.ensure(engine.name)
@@ -578,13 +634,13 @@ class SynthesisService:
             deadline=time.monotonic() + timeout if timeout else None,
             streaming=ctx.streaming,
             sample_rate=engine.sample_rate,
-            unit_chars=() if live is not None else tuple(len(chunk.text) for chunk in plan.chunks),
+            unit_chars=chunks.unit_chars,
             client=ctx.client,
-            ready=live.ready if live is not None else None,
+            ready=chunks.ready,
         )
         return self.scheduler.submit(job)
 
-    async def _generated(self, plan: Plan, job: Job, timings: Timings) -> AsyncIterator[bytes | Words]:
+    async def _generated(self, plan: Plan, job: Job, timings: Timings) -> AsyncGenerator[bytes | Words, None]:
         """s16le PCM pieces (and word timings) as the GPU thread produces them; the audio is cached whole only when
         the synthesis completed."""
         pieces: list[bytes] = []

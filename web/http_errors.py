@@ -22,7 +22,7 @@ from web.openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
 
-_STATUS_CODES = {
+_STATUS_CODES = {  # the code of each status the framework raises itself (errors.ERRORS gives their meanings)
     400: "bad_request",
     404: "not_found",
     405: "method_not_allowed",
@@ -36,9 +36,10 @@ _STATUS_CODES = {
 class HttpError(ServiceError):
     """An error the web framework raised itself (unknown route, method not allowed), with its status."""
 
+    code = "http_error"
+
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message, code=_STATUS_CODES.get(status, "http_error"))
-        self.status = status
+        super().__init__(message, code=_STATUS_CODES.get(status, "http_error"), status=status)
 
 
 def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
@@ -107,9 +108,10 @@ def install_error_handlers(app: FastAPI, retry_after: float) -> None:
         response.headers.update(headers)
         return response
 
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return JSONResponse({"code": "internal_error", "message": "internal server error"}, status_code=500)
+        # What went wrong stays in the log: the client learns only that it was the server.
+        return error_response(ServiceError("internal server error"), retry_after, request.url.path)
 
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -1,36 +1,31 @@
-"""Text streamed in, speech streamed out: one request whose text arrives while a language model writes it.
+"""Text streamed in, speech streamed out: the transport of a live request, whose text arrives while a language model
+writes it.
 
-The client sends messages (`{"text": ...}` appends, `{"flush": true}` speaks what is pending); each complete phrase
-is cut from the text as it arrives by the same rules as every other route (text.PhraseSegmenter: no break inside a
-phrase), and becomes one step of the request's job on the GPU thread, in order. While none of its phrases waits to
-be spoken, a clause is spoken as soon as it is complete; while some wait, clauses are packed as on the other routes.
-A job waiting for text is not ready: it holds no step of the GPU thread. A partial phrase pending for
-POLYTTS_LIVE_FLUSH_MS is spoken anyway; a request that sends nothing for POLYTTS_LIVE_IDLE_TIMEOUT_S ends with
-`live_idle_timeout`.
+The client sends messages (`{"text": ...}` appends, `{"flush": true}` speaks what is pending), over a WebSocket or
+as the NDJSON body of a full-duplex HTTP request; the text goes into the request's `LiveText` (text/live_text.py),
+which cuts it into phrases, each one step of the request's job on the GPU thread, in order. A job waiting for text
+is not ready: it holds no step of the GPU thread. A partial phrase pending for POLYTTS_LIVE_FLUSH_MS is spoken
+anyway; a request that sends nothing for POLYTTS_LIVE_IDLE_TIMEOUT_S ends with `live_idle_timeout`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from audio.word_timings import Words
 from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
-from text.chunking import Chunk, PhraseSegmenter
+from lifecycle.synthesis import RequestContext, Speech, SynthesisService
+from text.live_text import LiveText
 from web.protocol import LiveMessage, LiveOptions
-
-if TYPE_CHECKING:
-    from lifecycle.synthesis import RequestContext, Speech, SynthesisService
 
 log = logging.getLogger("polytts.live")
 
@@ -39,77 +34,7 @@ MAX_LINE_BYTES = 128 * 1024
 
 
 class LiveIdle(ServiceError):
-    status = 408
     code = "live_idle_timeout"
-
-
-class LiveText:
-    """The phrases of one live request: cut from text as it arrives (on the event loop), taken in order by the GPU
-    thread. `ready()` says whether the job has a step to take (a phrase, or the end of the text)."""
-
-    def __init__(self, segmenter: PhraseSegmenter, max_chars: int, wake: Callable[[], None]) -> None:
-        self._segmenter = segmenter
-        self._max_chars = max_chars
-        self._wake = wake
-        self._chunks: collections.deque[Chunk] = collections.deque()
-        self._closed = False
-        self._lock = threading.Lock()
-        self.chars = 0
-        self.taken: list[Chunk] = []
-        """Phrases the GPU thread has taken, in order (for the request's log line)."""
-
-    @property
-    def pending(self) -> bool:
-        """Text received that is not a phrase yet."""
-        return bool(self._segmenter.pending.strip())
-
-    def add(self, text: str) -> None:
-        self.chars += len(text)
-        if self.chars > self._max_chars:
-            raise PayloadTooLarge(
-                f"a live request may carry at most {self._max_chars} characters of text (POLYTTS_MAX_TEXT_CHARS)",
-                code="text_too_long",
-            )
-        chunks = self._segmenter.feed(text)
-        if not chunks and self._starved():
-            chunks = self._segmenter.release()
-        self._put(chunks)
-
-    def _starved(self) -> bool:
-        """Nothing of this request waits to be spoken: a complete clause goes now rather than wait for the rest of
-        its sentence to decide the packing (with phrases queued, packing costs the listener nothing)."""
-        with self._lock:
-            return not self._chunks
-
-    def flush(self) -> None:
-        self._put(self._segmenter.flush())
-
-    def close(self) -> None:
-        """The end of the text: what is pending is spoken, then the job ends."""
-        chunks = self._segmenter.flush()
-        with self._lock:
-            self._chunks.extend(chunks)
-            self._closed = True
-        self._wake()
-
-    def _put(self, chunks: list[Chunk]) -> None:
-        if chunks:
-            with self._lock:
-                self._chunks.extend(chunks)
-            self._wake()
-
-    def ready(self) -> bool:
-        with self._lock:
-            return bool(self._chunks) or self._closed
-
-    def take(self) -> tuple[Chunk, bool] | None:
-        """The next phrase and whether it is known to be the last; None once the text has ended."""
-        with self._lock:
-            if not self._chunks:
-                return None
-            chunk = self._chunks.popleft()
-            self.taken.append(chunk)
-            return chunk, self._closed and not self._chunks
 
 
 def message(data: dict[str, Any]) -> LiveMessage:
@@ -221,7 +146,7 @@ async def _pump(
         async for item in raw:
             await inbox.put(item)
         await inbox.put(None)
-    except Exception as exc:  # handed to the feeder: a malformed body, a client gone  # noqa: BLE001
+    except Exception as exc:  # handed to the feeder: a malformed body, a client gone
         await inbox.put(exc)
 
 

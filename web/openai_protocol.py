@@ -238,7 +238,7 @@ def validation_error_body(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             params.append(field)
         messages.append(f"{field}: {error.get('msg', 'invalid')}" if field else str(error.get("msg", "invalid")))
     message = "; ".join(messages) or "invalid request"
-    return error_body(422, "invalid_input", message, params[0] if params else None)
+    return error_body(422, code="invalid_input", message=message, param=params[0] if params else None)
 
 
 # --- server-sent events -------------------------------------------------------------------------------------------

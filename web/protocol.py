@@ -14,6 +14,7 @@ from pydantic.fields import FieldInfo
 from audio.encoding import AudioFormat
 from audio.word_timings import CaptionFormat
 from engines import ENGINE_SPECS, FAMILIES
+from gpu.engine_pool import EngineStatus
 from voicebank.registry import MAX_REF_TEXT_CHARS
 
 
@@ -120,12 +121,6 @@ class LiveMessage(BaseModel):
     )
 
 
-ENGINE_PARAMS: tuple[str, ...] = tuple(
-    name for name in TTSRequest.model_fields if name not in SpeechFields.model_fields
-)
-"""Request fields that are generation parameters of some engine family; another family's is a 422."""
-
-
 # Documentation only: the route reads the form part by part as it arrives (routes.voices.registration_from_form).
 class VoiceForm(BaseModel):
     """The multipart form of `POST /voices`: a reference clip (`audio`) and its engine, or a Kokoro `voice_pack`."""
@@ -172,8 +167,12 @@ class TimedSpeech(BaseModel):
     words: list[WordTimingView]
 
 
+NodeStatus = Literal["ready", "warming", "failed", "draining"]
+"""Whether the node takes work: that of its default engine, or draining before a stop."""
+
+
 class ReadyState(BaseModel):
-    status: Literal["ready", "warming", "failed", "draining"]
+    status: NodeStatus
     reason: str | None = Field(
         None, description="Why not ready; left out for a caller without a key on a node with keys."
     )
@@ -187,3 +186,124 @@ class VoiceCreated(BaseModel):
 
 class UnloadResult(BaseModel):
     unloaded: list[str]
+
+
+class EngineDescription(BaseModel):
+    """One engine this node runs, as `GET /engines` describes it."""
+
+    name: str
+    state: EngineStatus
+    sample_rate: int = Field(description="The sample rate of its audio, in Hz.")
+    clone: bool = Field(description="Whether it clones a voice from a registered clip.")
+    packs: bool = Field(description="Whether it takes uploaded voice packs.")
+    live: bool = Field(description="Whether it speaks on the live routes (`/tts/live`, `/tts/live/ws`).")
+    parameters: dict[str, Any] = Field(
+        description="JSON schema of its per-request parameters: each one's type, range, default and description."
+    )
+
+
+class LanguageDescription(BaseModel):
+    code: str = Field(description="The canonical code, e.g. 'en-gb'; a request may also use an alias or the name.")
+    name: str = Field(description="The language in English, e.g. 'British English'.")
+
+
+class EngineCatalog(BaseModel):
+    """`GET /engines`: what this node's engines take, and the languages a request may name."""
+
+    engines: list[EngineDescription]
+    languages: list[LanguageDescription]
+
+
+# -- GET /health: returned as built (lifecycle.service), these models document it ---------------------------------
+
+
+class EngineHealth(BaseModel):
+    """One engine as `/health` shows it to a caller with a key: its family's own description (backend, device,
+    checkpoint, memory, ...), then its state."""
+
+    state: EngineStatus
+    reason: str | None = Field(description="Why it failed to load, if it did.")
+
+
+class ResidentEngine(BaseModel):
+    engine: str
+    checkpoint: str | None
+
+
+class FleetState(BaseModel):
+    attached: bool = Field(description="Whether a fleet broker manages this node.")
+    residency: str = Field(description="Who decides which engines stay in device memory: `local`, or the fleet.")
+
+
+class HealthLimits(BaseModel):
+    max_inflight: int
+    max_queued_chars: int
+    max_text_chars: int
+    max_upload_bytes: int
+
+
+class Inventory(BaseModel):
+    voice: list[str] = Field(description="Registered voices of engines this node runs, then every built-in voice.")
+
+
+class VoiceCounts(BaseModel):
+    registered: int
+    by_engine: dict[str, int]
+    ids: list[str]
+    builtin: list[str]
+
+
+class CacheStats(BaseModel):
+    entries: int
+    bytes: int
+    max_bytes: int
+    hits: int
+    misses: int
+
+
+class CacheLayers(BaseModel):
+    wav: CacheStats = Field(description="The in-memory cache (POLYTTS_MEMORY_CACHE_BYTES).")
+    pcm: CacheStats = Field(description="The disk cache (POLYTTS_PCM_CACHE_BYTES).")
+
+
+class Health(BaseModel):
+    """`GET /health` for a caller with a key, or on a node without keys."""
+
+    status: NodeStatus
+    reason: str | None = Field(description="Why the node is not ready, if it is not.")
+    pid: int
+    uptime_s: float
+    device: str = Field(description="Where the default engine runs.")
+    default_engine: str
+    runtime: str
+    serves: list[str] = Field(description="The engines this node runs.")
+    engines: dict[str, EngineHealth]
+    resident: list[ResidentEngine] = Field(description="The engines in device memory now.")
+    manager: dict[str, Any] = Field(description="The residency manager's state: its policy and each engine's loads.")
+    fleet: FleetState
+    inflight: dict[str, Any] = Field(
+        description="The fair queue: syntheses running and waiting, rejections, real-time streams, per engine and key."
+    )
+    limits: HealthLimits
+    inventory: Inventory
+    voices: VoiceCounts
+    caches: CacheLayers
+
+
+class PublicEngine(BaseModel):
+    state: EngineStatus
+
+
+class PublicLoad(BaseModel):
+    running: int
+    waiting: int
+    in_flight: int = Field(description="Requests admitted or served from a cache, not ended yet.")
+
+
+class PublicHealth(BaseModel):
+    """`GET /health` for a caller without a key on a node with keys: what a balancer or a broker needs."""
+
+    status: NodeStatus
+    engines: dict[str, PublicEngine]
+    load: PublicLoad
+    inventory: Inventory | None = Field(None, description="Only where POLYTTS_PUBLIC_INVENTORY publishes it.")

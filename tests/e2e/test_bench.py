@@ -1,20 +1,27 @@
 """The bench helpers that measure: the real-time listener, the live benchmark's tokens and phrases, the full-duplex
-HTTP client, and the abuse probes' payloads."""
+HTTP client, and the abuse probes' payloads; and every benchmark runs as a module of the `bench` package."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import io
+import os
 import struct
+import subprocess
+import sys
 import zipfile
 import zlib
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench.abuse import PACK_SHAPE, multipart, understated_npz
-from bench.common import SIXTY_WORDS, Playback
+from bench.common import ROOT, SIXTY_WORDS, Playback
 from bench.duplex_http import DuplexRequest
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens
+from bench.run_all import BENCHMARKS, run_one
 from text.chunking import PhraseSegmenter
 
 
@@ -131,3 +138,41 @@ def test_multipart_bodies_name_their_parts() -> None:
         b'--b\r\nContent-Disposition: form-data; name="engine"\r\n\r\nqwen\r\n'
         b'--b\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\nRIFF\r\n--b--\r\n'
     )
+
+
+def test_every_benchmark_is_a_module_of_the_bench_package_run_from_the_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in BENCHMARKS:
+        monkeypatch.setattr(sys, "argv", [name, "--help"])
+        with pytest.raises(SystemExit) as done:
+            importlib.import_module(f"bench.{name}").main()
+        assert done.value.code == 0 and "usage:" in capsys.readouterr().out, name
+    # As run_all launches them: `python -m`, from the repository root, nothing added to the import path.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.run_all", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0 and "python -m bench.run_all" in run.stdout, run.stderr
+
+
+def test_run_all_launches_each_benchmark_as_a_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launched: list[list[str]] = []
+
+    class Finished:
+        def __init__(self, command: list[str], cwd: Path) -> None:
+            launched.append(command)
+            assert cwd == ROOT
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+        def poll(self) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Finished)
+    out = tmp_path / "stream.json"
+    out.write_text('{"figures": {}}')
+    entry = run_one("stream", out, ["--url", "http://127.0.0.1:1"], timeout=5)
+    assert launched == [[sys.executable, "-m", "bench.stream", "--out", str(out), "--url", "http://127.0.0.1:1"]]
+    assert entry["returncode"] == 0 and entry["result"] == {"figures": {}} and "error" not in entry

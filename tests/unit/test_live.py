@@ -1,9 +1,9 @@
-"""live.py: the phrases of a live request as text arrives (the routes themselves: test_server_live.py)."""
+"""text/live_text.py: the phrases of a live request as text arrives (the routes themselves: test_server_live.py)."""
 
 from __future__ import annotations
 
 from text.chunking import Chunk, PhraseSegmenter
-from web.live_transport import LiveText
+from text.live_text import LiveText
 
 
 def live_text() -> tuple[LiveText, list[int]]:

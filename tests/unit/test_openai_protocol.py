@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 import openai
 import pytest
+from fastapi import FastAPI
 from openai._streaming import SSEDecoder
 from pydantic import ValidationError
 
@@ -22,6 +24,7 @@ from audio.encoding import AUDIO_FORMATS
 from engines.base import BuiltinVoice
 from errors import Busy, ClientDisconnected, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
 from voicebank.voice_entry import VoiceEntry
+from web.http_errors import install_error_handlers
 from web.openai_protocol import (
     DEFAULT_VOICES,
     SPEECH_MODELS,
@@ -260,6 +263,24 @@ def test_a_400_is_the_clients_bad_request_error() -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client_answering(answer).audio.speech.create(model="tts-1", input="Hi", voice="x")
     assert caught.value.body == body["error"]
+
+
+async def test_an_unexpected_error_on_a_v1_route_answers_in_openais_shape() -> None:
+    app = FastAPI()
+    install_error_handlers(app, retry_after=2.0)
+
+    async def broken() -> None:
+        raise RuntimeError("a bug")
+
+    for path in ("/v1/audio/speech", "/tts"):
+        app.add_api_route(path, broken, methods=["POST"])
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://polytts.test") as client:
+        openai_answer, native_answer = [await client.post(path) for path in ("/v1/audio/speech", "/tts")]
+    assert openai_answer.status_code == native_answer.status_code == 500
+    assert openai_answer.json() == error_body(500, "internal_error", "internal server error")
+    assert openai_answer.json()["error"]["type"] == "server_error"
+    assert native_answer.json() == {"code": "internal_error", "message": "internal server error"}
 
 
 def test_the_models_list_is_what_the_client_parses() -> None:

@@ -14,7 +14,7 @@ from errors import Busy, InvalidInput, NotFound, PayloadTooLarge
 from lifecycle.service import Service, build_service
 from lifecycle.synthesis import RequestContext
 from pcm_cache import PcmCache
-from settings import load_settings
+from settings import SettingsError, load_settings
 from web.protocol import TTSRequest
 
 CONTEXT = RequestContext("test", principal="test")
@@ -44,11 +44,26 @@ async def synthesize(service: Service, text: str) -> bytes:
 async def test_a_clean_synthesis_is_cached_in_both_layers(service: Service, caplog: pytest.LogCaptureFixture) -> None:
     pcm = await synthesize(service, "Cache me.")
     plan = await service.synthesis.plan(TTSRequest(text="Cache me.", language="en"))
+    assert plan.cache_key is not None
     assert service.synthesis.memory_cache.get(plan.cache_key) == pcm
     assert service.synthesis.pcm_cache.get(plan.cache_key) == pcm
     assert service.synthesis.pcm_cache.stats()["entries"] == 1
     line = next(r.getMessage() for r in caplog.records if r.name == "polytts.synthesis")
     assert "outcome=ok" in line and "ttfa=" in line and "rtf=" in line and "chars=9" in line
+
+
+@pytest.mark.parametrize("variable", ["POLYTTS_MEMORY_CACHE_BYTES", "POLYTTS_WAV_CACHE_BYTES"])
+def test_the_memory_cache_is_bounded_by_its_variable_or_its_old_name(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, "4096")
+    assert load_settings().memory_cache_bytes == 4096
+    assert load_settings(memory_cache_bytes=0).memory_cache_bytes == 0  # code sets it by the field's name
+    monkeypatch.setenv("POLYTTS_MEMORY_CACHE_BYTES", "8192")  # both set: the current name wins
+    assert load_settings().memory_cache_bytes == 8192
+    monkeypatch.setenv("POLYTTS_MEMORY_CACHE_BYTES", "-1")
+    with pytest.raises(SettingsError, match=r"POLYTTS_MEMORY_CACHE_BYTES: Input should be greater"):
+        load_settings()
 
 
 async def test_a_failure_mid_stream_ends_it_and_caches_nothing(

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from lifecycle.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from web import api_docs
 from web.auth import Identity
 from web.dependencies import ServiceDep, get_identity
-from web.protocol import ReadyState
+from web.protocol import Health, PublicHealth, ReadyState
 
 router = APIRouter(tags=["operations"])
 
@@ -24,14 +25,17 @@ def _keyless(service: ServiceDep, identity: Annotated[Identity | None, Depends(g
 Keyless = Annotated[bool, Depends(_keyless)]
 
 
-@router.get("/health")
-async def health(service: ServiceDep, keyless: Keyless) -> dict[str, Any]:
+@router.get("/health", response_model=Health | PublicHealth)
+async def health(service: ServiceDep, keyless: Keyless) -> JSONResponse:
     """Readiness, engines, residency, in-flight work, limits, voices and caches; without a key on a node with keys,
     only status, engines' states and load (and the inventory if POLYTTS_PUBLIC_INVENTORY)."""
-    return service.public_health() if keyless else service.health()
+    # Sent as built: the models document the body, and each engine's description carries fields of its own.
+    return JSONResponse(jsonable_encoder(service.public_health() if keyless else service.health()))
 
 
-_NOT_READY = {503: {"model": ReadyState, "description": "Not taking work now.", "headers": api_docs.RETRY_AFTER}}
+_NOT_READY: dict[int | str, dict[str, Any]] = {
+    503: {"model": ReadyState, "description": "Not taking work now.", "headers": api_docs.RETRY_AFTER}
+}
 
 
 @router.get("/ready", response_model=ReadyState, responses=_NOT_READY)

@@ -12,7 +12,8 @@ from engines import FAMILIES
 from errors import Conflict, InvalidInput
 from text.languages import LANGUAGES
 from voicebank import bundles
-from voicebank.registry import VOICE_ID_RE, Registration, check_voice_id
+from voicebank.ids import VOICE_ID_RE, check_voice_id
+from voicebank.registry import Registration
 from voicebank.uploads import FormPart, read_body, read_form
 from voicebank.voice_entry import excerpt
 from web import api_docs

@@ -1,0 +1,88 @@
+"""The text of a live request, cut into phrases as it arrives while a language model writes it.
+
+Each complete phrase is cut by the same rules as every other request's text (`PhraseSegmenter`: no break inside a
+phrase) and waits, in order, for the GPU thread to take it. While none of the request's phrases waits to be spoken,
+a clause is released as soon as it is complete; while some wait, clauses are packed as on the other routes. The
+messages that carry the text, and their timeouts, are the web layer's (web/live_transport.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+
+from errors import PayloadTooLarge
+from text.chunking import Chunk, PhraseSegmenter
+
+
+class LiveText:
+    """The phrases of one live request: cut from text as it arrives (on the event loop), taken in order by the GPU
+    thread. `ready()` says whether the job has a step to take (a phrase, or the end of the text)."""
+
+    unit_chars: tuple[int, ...] = ()
+    """The phrases are not known in advance (admission plans the request without them)."""
+
+    def __init__(self, segmenter: PhraseSegmenter, max_chars: int, wake: Callable[[], None]) -> None:
+        self._segmenter = segmenter
+        self._max_chars = max_chars
+        self._wake = wake
+        self._chunks: collections.deque[Chunk] = collections.deque()
+        self._closed = False
+        self._lock = threading.Lock()
+        self.chars = 0
+        self.taken: list[Chunk] = []
+        """Phrases the GPU thread has taken, in order (for the request's log line)."""
+
+    @property
+    def pending(self) -> bool:
+        """Text received that is not a phrase yet."""
+        return bool(self._segmenter.pending.strip())
+
+    def add(self, text: str) -> None:
+        self.chars += len(text)
+        if self.chars > self._max_chars:
+            raise PayloadTooLarge(
+                f"a live request may carry at most {self._max_chars} characters of text (POLYTTS_MAX_TEXT_CHARS)",
+                code="text_too_long",
+            )
+        chunks = self._segmenter.feed(text)
+        if not chunks and self._starved():
+            chunks = self._segmenter.release()
+        self._put(chunks)
+
+    def _starved(self) -> bool:
+        """Nothing of this request waits to be spoken: a complete clause goes now rather than wait for the rest of
+        its sentence to decide the packing (with phrases queued, packing costs the listener nothing)."""
+        with self._lock:
+            return not self._chunks
+
+    def flush(self) -> None:
+        self._put(self._segmenter.flush())
+
+    def close(self) -> None:
+        """The end of the text: what is pending is spoken, then the job ends."""
+        chunks = self._segmenter.flush()
+        with self._lock:
+            self._chunks.extend(chunks)
+            self._closed = True
+        self._wake()
+
+    def _put(self, chunks: list[Chunk]) -> None:
+        if chunks:
+            with self._lock:
+                self._chunks.extend(chunks)
+            self._wake()
+
+    def ready(self) -> bool:
+        with self._lock:
+            return bool(self._chunks) or self._closed
+
+    def take(self) -> tuple[Chunk, bool] | None:
+        """The next phrase and whether it is known to be the last; None once the text has ended."""
+        with self._lock:
+            if not self._chunks:
+                return None
+            chunk = self._chunks.popleft()
+            self.taken.append(chunk)
+            return chunk, self._closed and not self._chunks
