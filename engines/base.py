@@ -9,7 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -19,9 +20,6 @@ from audio.word_timings import WordTiming
 from errors import Unavailable
 from text.languages import Language
 from voicebank.voice_entry import VoiceEntry
-
-if TYPE_CHECKING:
-    from settings import Settings
 
 ENV_PREFIX = "POLYTTS_"
 
@@ -106,7 +104,30 @@ class EngineSettings(BaseSettings):
 
 
 @dataclass(frozen=True)
-class EngineSpec:
+class EngineContext:
+    """What an engine's build reads of the service's own settings; the rest of them no engine sees."""
+
+    runtime: str
+    """POLYTTS_RUNTIME: `auto`, `cuda`, `mps`, `cpu` or `mlx`."""
+    models_dir: Path
+    """POLYTTS_MODELS_DIR: where run-time weights are assembled."""
+    max_voices_mem: int
+    """POLYTTS_MAX_VOICES_MEM: prepared voices kept in memory per engine."""
+    mlx_cache_mb: int
+    """POLYTTS_MLX_CACHE_MB: the MLX allocator's cache limit."""
+    stream_interval: float
+    """POLYTTS_STREAM_INTERVAL: seconds of audio per piece, for engines that stream inside a generation."""
+    first_chunk_chars: int
+    """POLYTTS_FIRST_CHUNK_CHARS: cap on a request's first text chunk."""
+    chunk_chars: int
+    """POLYTTS_CHUNK_CHARS: cap on every later text chunk."""
+
+
+FamilySettings = TypeVar("FamilySettings", bound=EngineSettings)
+
+
+@dataclass(frozen=True)
+class EngineSpec(Generic[FamilySettings]):
     """What the wiring needs to know of one engine family, declared by the family's own module.
 
     The server builds its engines from `engines.ENGINE_SPECS`; the registry checks registrations against them (a
@@ -117,8 +138,9 @@ class EngineSpec:
     clones_from_clip: bool
     """Whether a voice can be registered from a reference clip."""
     params: type[EngineParams]
-    settings: type[EngineSettings]
-    build: Callable[[Settings], Engine | None]
+    settings: type[FamilySettings]
+    """The family's own `POLYTTS_*` settings; the service's `Settings` is composed from every family's."""
+    build: Callable[[FamilySettings, EngineContext], Engine | None]
     """The engine this node runs for the family, or None when it cannot (its package is not installed)."""
     accepts_packs: bool = False
     """Whether a voice can be registered from an uploaded style pack (`voice_pack`)."""
@@ -129,6 +151,14 @@ class EngineSpec:
 
     def param_defaults(self) -> dict[str, Param]:
         return self.params().model_dump()
+
+    def own_settings(self, settings: EngineSettings) -> FamilySettings:
+        """The family's share of `settings` (the service's composed `Settings`, already validated), as the family's
+        own class: an engine sees its family's fields and nothing else."""
+        values = {name: getattr(settings, name) for name in self.settings.model_fields}
+        # Not validated again (and not read from the environment again, as validating a BaseSettings would). The
+        # cast: pydantic's mypy plugin types model_construct on a type variable as the variable's bound.
+        return cast(FamilySettings, self.settings.model_construct(**values))
 
 
 class Engine(ABC):

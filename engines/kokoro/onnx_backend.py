@@ -12,11 +12,12 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engines.base import EngineLoadError
-from engines.kokoro.engine import KokoroBackend
+from engines.kokoro.backend import KokoroBackend
 from models.assemble import DURATIONS_OUTPUT, MODEL_FILE, is_assembled, model_sum
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -29,7 +30,7 @@ class OnnxBackend(KokoroBackend):
     def __init__(self, model_dir: Path, threads: int = 0) -> None:
         self.model_dir = model_dir
         self.threads = threads or (os.cpu_count() or 1)
-        self._session: object | None = None
+        self._session: Any = None  # onnxruntime.InferenceSession, imported at load
         self._vocab: dict[str, int] = {}
         self._checkpoint = self._read_checkpoint()
 
@@ -93,7 +94,7 @@ class OnnxBackend(KokoroBackend):
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        audio, durations = self._session.run(["audio", DURATIONS_OUTPUT], inputs)  # type: ignore[attr-defined]
+        audio, durations = self._session.run(["audio", DURATIONS_OUTPUT], inputs)
         return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations, dtype=np.int64).reshape(-1)
 
     def describe(self) -> dict[str, object]:

@@ -36,7 +36,6 @@ SUMS = "sha256.json"
 class VoicePackCorrupt(ServiceError):
     """A stock pack that is missing or fails its sum: the install is damaged (restore data/kokoro-voices)."""
 
-    status = 500
     code = "voice_pack_corrupt"
 
 

@@ -9,14 +9,15 @@ import gc
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engines.base import EngineLoadError
 from engines.hub import resolve_model_folder, weights_revision
-from engines.kokoro.engine import KokoroBackend
+from engines.kokoro.backend import KokoroBackend
 from engines.kokoro.voicepacks import read_pack
-from errors import InvalidInput
+from errors import NotFound
 from gpu.runtime import torch_device_memory
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -30,7 +31,7 @@ class TorchBackend(KokoroBackend):
     def __init__(self, model: str, device: str) -> None:
         self.model_ref = model
         self.device = device
-        self._model: object | None = None
+        self._model: Any = None  # kokoro's KModel (untyped)
         self._folder: Path | None = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
         self._checkpoint: str | None = None
         self._footprint = 0
@@ -49,7 +50,7 @@ class TorchBackend(KokoroBackend):
 
     @property
     def vocab(self) -> dict[str, int]:
-        return self._model.vocab if self._model is not None else {}  # type: ignore[attr-defined]
+        return self._model.vocab if self._model is not None else {}
 
     def preflight(self) -> None:
         resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_KOKORO_MODEL")
@@ -92,7 +93,7 @@ class TorchBackend(KokoroBackend):
     def pack(self, name: str) -> np.ndarray:
         path = self._folder / "voices" / f"{name}.pt" if self._folder else None
         if path is None or not path.is_file():
-            raise InvalidInput(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
+            raise NotFound(f"Kokoro has no voice pack {name!r}", code="voice_not_found")
         return read_pack(path.read_bytes(), path.name)
 
     def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +102,7 @@ class TorchBackend(KokoroBackend):
         assert self._model is not None
         ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self.device)
         ref = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32).reshape(1, -1)).to(self.device)
-        audio, durations = self._model.forward_with_tokens(ids, ref, speed)  # type: ignore[attr-defined]
+        audio, durations = self._model.forward_with_tokens(ids, ref, speed)
         return audio.float().cpu().numpy().reshape(-1), durations.cpu().numpy().astype(np.int64).reshape(-1)
 
     def memory(self) -> dict[str, int]:

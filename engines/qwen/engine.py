@@ -1,7 +1,7 @@
 """Qwen3-TTS voice cloning, the `qwen` engine family: on PyTorch here (qwen-tts-hf on CUDA, MPS or the CPU), through
-mlx-audio on the MLX runtime (engines/mlx_qwen.py); streamed inside a generation.
+mlx-audio on the MLX runtime (engines/qwen/mlx_backend.py); streamed inside a generation.
 
-Voices map as on the MLX runtime (engines/mlx_qwen.py), so a voice id is served alike on every node:
+Voices map as on the MLX runtime, so a voice id is served alike on every node:
 
 - the clip and its transcript are the in-context reference: the model continues from the clip's codes;
 - an x-vector-only voice clones from the clip's speaker embedding alone;
@@ -14,8 +14,8 @@ in-context voice); the POLYTTS_MAX_VOICES_MEM most recently used stay in memory.
 
 Streaming: the package generates under Transformers' `generate`, which returns when the utterance is done. A forward
 hook on the talker sees each frame's codes as they are produced, so `generate` runs on a helper thread in lockstep
-with the GPU thread (`lockstep`): it pauses at every piece until the GPU thread asks for the next, so one of the two
-runs model code at any time, and a request that ends stops its generation at the next piece. Each piece,
+with the GPU thread (engines/lockstep.py): it pauses at every piece until the GPU thread asks for the next, so one of
+the two runs model code at any time, and a request that ends stops its generation at the next piece. Each piece,
 `stream_interval` seconds of frames, is decoded by the codec with up to 25 frames before it as left context (the
 reference's codes before the first piece), the context the package's own chunked decode gives, and handed out.
 """
@@ -25,40 +25,35 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import numpy as np
-from pydantic import Field, field_validator
 
 from engines.artefacts import PreparedVoices, model_key, read_clip, save_array
 from engines.base import (
     BuiltinVoice,
     Engine,
     EngineCaps,
+    EngineContext,
     EngineLoadError,
-    EngineParams,
-    EngineSettings,
     EngineSpec,
     Param,
     SynthesisOptions,
     VoiceRef,
 )
+from engines.cloning import cloned_voice, prepared_key
 from engines.hub import resolve_model_folder, weights_revision
-from engines.voxcpm.engine import cloned_voice
+from engines.lockstep import lockstep
+from engines.qwen.config import QwenParams, QwenSettings, check_frame_bound
 from errors import InvalidInput
 from gpu.residency import free_cuda
 from gpu.runtime import torch_device, torch_device_memory, uses_mlx
 from text.languages import Language
 from voicebank.voice_entry import VoiceEntry
-
-if TYPE_CHECKING:
-    from settings import Settings
 
 log = logging.getLogger("polytts.engines.qwen")
 
@@ -89,57 +84,8 @@ LANGUAGES = {
     "ja": "japanese",
     "zh": "chinese",
 }
-"""text.py's language codes -> the names Qwen3-TTS takes (it also speaks German, Korean and Russian, which text.py's
+"""text/languages.py's codes -> the names Qwen3-TTS takes (it also speaks German, Korean and Russian, which that
 table does not list)."""
-
-T = TypeVar("T")
-
-
-class GenerationStopped(Exception):
-    """Raised inside a paused generation whose reader has gone, to end it."""
-
-
-def lockstep(produce: Callable[[Callable[[T], None]], None], name: str) -> Iterator[T]:
-    """Run `produce(emit)` on a helper thread one step at a time: each `emit(item)` hands `item` to the iterating
-    thread and waits until that thread asks for the next one, so only one of the two runs at a time. Closing the
-    iterator makes the waiting `emit` raise GenerationStopped, which ends `produce`; its own errors reach the reader."""
-    requests: queue.SimpleQueue[bool] = queue.SimpleQueue()  # True: go on, False: stop
-    results: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-
-    def emit(item: T) -> None:
-        results.put(("item", item))
-        if not requests.get():
-            raise GenerationStopped
-
-    def run() -> None:
-        requests.get()  # the first request
-        try:
-            produce(emit)
-            results.put(("done", None))
-        except GenerationStopped:
-            results.put(("done", None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader
-            results.put(("error", exc))
-
-    worker = threading.Thread(target=run, name=name, daemon=True)
-    worker.start()
-    paused = False
-    try:
-        while True:
-            requests.put(True)
-            kind, value = results.get()
-            if kind == "error":
-                raise value
-            if kind == "done":
-                return
-            paused = True
-            yield value
-            paused = False
-    finally:
-        if paused:
-            requests.put(False)
-            results.get()
-        worker.join()
 
 
 @dataclass(frozen=True)
@@ -282,11 +228,11 @@ class QwenEngine(Engine):
     # -- voices ----------------------------------------------------------------------------------------------------
 
     def prepare_voice(self, voice: VoiceRef) -> QwenVoice:
-        entry = cloned_voice(voice)
+        entry = cloned_voice(voice, "Qwen3-TTS")
         if entry.seed_path is not None:
             log.warning("voice %s has a tone seed, which Qwen3-TTS cannot use: cloned from its clip", entry.voice_id)
         return self._prepared.get(
-            f"{entry.voice_id}@{entry.created_at}",
+            prepared_key(entry),
             lambda: QwenVoice(self._clone_prompt(entry, entry.folder / "prompts" / self.model_key)),
         )
 
@@ -319,13 +265,15 @@ class QwenEngine(Engine):
 
     # -- generation ------------------------------------------------------------------------------------------------
 
-    def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
+    def stream(self, text: str, voice: object, options: SynthesisOptions) -> Generator[np.ndarray, None, None]:
         assert isinstance(voice, QwenVoice) and self._model is not None
         import torch
 
         prompt = voice.prompt
         context = prompt.ref_code[-DECODE_LEFT_CONTEXT:] if prompt.icl_mode else None
-        pieces = lockstep(lambda emit: self._generate(text, prompt, options, emit), name="polytts-qwen-generate")
+        pieces: Generator[Any, None, None] = lockstep(
+            lambda emit: self._generate(text, prompt, options, emit), name="polytts-qwen-generate"
+        )
         try:
             for frames in pieces:
                 codes = frames if context is None else torch.cat([context, frames])
@@ -394,83 +342,23 @@ class QwenEngine(Engine):
         }
 
 
-def check_frame_bound(params: dict[str, Param], bound: int) -> None:
-    """A request's `max_new_tokens` may lower this node's bound on frames per generation, never raise it."""
-    if int(params["max_new_tokens"]) > bound:  # 0 is the node's bound itself
-        raise InvalidInput(
-            f"max_new_tokens {params['max_new_tokens']} is above this node's bound of {bound} frames "
-            "(POLYTTS_QWEN_MAX_TOKENS)",
-            code="max_new_tokens_too_large",
-        )
-
-
-class QwenParams(EngineParams):
-    temperature: float = Field(0.9, gt=0, le=2.0, description="Qwen3-TTS: sampling temperature (default 0.9).")
-    top_k: int = Field(50, ge=1, le=1000, description="Qwen3-TTS: top-k sampling (default 50).")
-    top_p: float = Field(1.0, gt=0, le=1.0, description="Qwen3-TTS: nucleus sampling (default 1.0).")
-    repetition_penalty: float = Field(1.05, gt=0, le=2.0, description="Qwen3-TTS: penalty on repeating codes (1.05).")
-    subtalker_temperature: float = Field(
-        0.9, gt=0, le=2.0, description="Qwen3-TTS: sampling temperature of the residual codebooks (default 0.9)."
-    )
-    subtalker_top_k: int = Field(50, ge=1, le=1000, description="Qwen3-TTS: top-k of the residual codebooks (50).")
-    subtalker_top_p: float = Field(
-        1.0, gt=0, le=1.0, description="Qwen3-TTS: nucleus sampling of the residual codebooks (default 1.0)."
-    )
-    max_new_tokens: int = Field(
-        0,
-        ge=0,
-        le=20_000,
-        description="Qwen3-TTS: bound on the audio frames (12.5 per second) of one generation; 0 (the default) is "
-        "the node's bound, POLYTTS_QWEN_MAX_TOKENS, which is also the ceiling.",
-    )
-    non_streaming_mode: bool = Field(
-        False, description="Qwen3-TTS: read the whole text before speaking (default false: text fed in as it speaks)."
-    )
-
-    @field_validator("max_new_tokens")
-    @classmethod
-    def _speaks_at_least_a_frame(cls, value: int) -> int:
-        if value == 1:  # the first step only reads the text: one step makes no audio at all
-            raise ValueError("must be 0 (this node's bound) or at least 2: the first step makes no audio")
-        return value
-
-
-class QwenSettings(EngineSettings):
-    qwen_model: str = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
-    """PyTorch runtimes (CUDA, MPS, CPU): Qwen3-TTS weights, a hub id (fetched into the hub cache when online) or a
-    local folder (`config.json`, `model.safetensors`, `generation_config.json`, tokenizer files, `speech_tokenizer/`).
-    A 12 Hz Base checkpoint (the ones that clone). Empty: this node serves no Qwen3-TTS on PyTorch; its voices are
-    stored and refused with a 422."""
-
-    qwen_max_chars: int = Field(300, ge=0)
-    """Cap on the characters of one Qwen3-TTS generation (MLX and PyTorch): longer text is cut along sentences and
-    the audio joined; 0 is unlimited."""
-
-    qwen_max_tokens: int = Field(2048, ge=8, le=20_000)
-    """Bound on the audio frames (12.5 per second) of one Qwen3-TTS generation (MLX and PyTorch); on PyTorch it is
-    also the default and the ceiling of a request's `max_new_tokens`."""
-
-    mlx_qwen_model: str = "mlx-community/Qwen3-TTS-12Hz-1.7B-Base-8bit"
-    """MLX runtime: Qwen3-TTS weights (hub id or local folder)."""
-
-
-def build(settings: Settings) -> Engine | None:
+def build(settings: QwenSettings, context: EngineContext) -> Engine | None:
     """Qwen3-TTS through mlx-audio on the MLX runtime, else on PyTorch when qwen-tts-hf is installed and a model set."""
-    caps = EngineCaps(0, settings.qwen_max_chars, 0, interleavable=False)
-    common = {
-        "max_voices": settings.max_voices_mem,
-        "max_ref_seconds": settings.voxcpm_max_ref_seconds,
+    mlx = uses_mlx(context.runtime)
+    if not mlx and (not settings.qwen_model or importlib.util.find_spec("qwen_tts") is None):
+        return None
+    common: dict[str, Any] = {
+        "max_voices": context.max_voices_mem,
+        "max_ref_seconds": settings.max_ref_seconds(),
         "max_tokens": settings.qwen_max_tokens,
-        "stream_interval": settings.stream_interval,
-        "caps": caps,
+        "stream_interval": context.stream_interval,
+        "caps": EngineCaps(0, settings.qwen_max_chars, 0, interleavable=False),
     }
-    if uses_mlx(settings.runtime):
+    if mlx:
         from engines.qwen.mlx_backend import MlxQwenEngine
 
-        return MlxQwenEngine(model=settings.mlx_qwen_model, cache_mb=settings.mlx_cache_mb, **common)
-    if not settings.qwen_model or importlib.util.find_spec("qwen_tts") is None:
-        return None
-    return QwenEngine(model=settings.qwen_model, runtime=settings.runtime, **common)
+        return MlxQwenEngine(model=settings.mlx_qwen_model, cache_mb=context.mlx_cache_mb, **common)
+    return QwenEngine(model=settings.qwen_model, runtime=context.runtime, **common)
 
 
 SPEC = EngineSpec(family="qwen", clones_from_clip=True, params=QwenParams, settings=QwenSettings, build=build)

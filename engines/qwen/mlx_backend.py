@@ -19,9 +19,9 @@ import numpy as np
 
 from engines.artefacts import load_array, save_array
 from engines.base import EngineCaps, Param, SynthesisOptions, VoiceRef
+from engines.cloning import cloned_voice, prepared_key
 from engines.mlx_base import MlxEngine, to_numpy
-from engines.qwen.engine import QwenParams, check_frame_bound
-from engines.voxcpm.engine import cloned_voice
+from engines.qwen.config import QwenParams, check_frame_bound
 from errors import InvalidInput
 from text.languages import Language
 
@@ -67,7 +67,7 @@ class MlxQwenEngine(MlxEngine[QwenVoice]):
         """Qwen3-TTS detects the language itself (`lang_code="auto"`)."""
 
     def prepare_voice(self, voice: VoiceRef) -> QwenVoice:
-        entry = cloned_voice(voice)
+        entry = cloned_voice(voice, "Qwen3-TTS")
         ref_text = None if entry.x_vector_only_mode else entry.ref_text
 
         def prepare(folder: Path) -> QwenVoice:
@@ -81,17 +81,17 @@ class MlxQwenEngine(MlxEngine[QwenVoice]):
             if stored is not None:
                 codes = mx.array(stored)
             else:
-                codes = self.model.speech_tokenizer.encode(reference[None, None, :])  # type: ignore[attr-defined]
+                codes = self.model.speech_tokenizer.encode(reference[None, None, :])
                 save_array(codes_file, np.asarray(codes))
             key = (ref_text, (reference.size, float(reference.sum())))
-            self.model._icl_cache[key] = (codes, None)  # type: ignore[attr-defined]
+            self.model._icl_cache[key] = (codes, None)
             return QwenVoice(reference, ref_text, key)
 
-        return self.prepared(f"{entry.voice_id}@{entry.created_at}", entry.folder, prepare)
+        return self.prepared(prepared_key(entry), entry.folder, prepare)
 
     def dropped(self, prepared: QwenVoice) -> None:
         if prepared.cache_key is not None and self.model is not None:
-            self.model._icl_cache.pop(prepared.cache_key, None)  # type: ignore[attr-defined]
+            self.model._icl_cache.pop(prepared.cache_key, None)
 
     def check_params(self, params: dict[str, Param]) -> None:
         """mlx-audio's Qwen3-TTS samples its residual codebooks with fixed settings and always streams the text in;
@@ -108,7 +108,7 @@ class MlxQwenEngine(MlxEngine[QwenVoice]):
         assert isinstance(voice, QwenVoice) and self.model is not None
         self.owner.check()
         params = options.params
-        results = self.model.generate(  # type: ignore[attr-defined]
+        results = self.model.generate(
             text=text,
             ref_audio=voice.reference,
             ref_text=voice.ref_text,

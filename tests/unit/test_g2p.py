@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+from importlib.machinery import ModuleSpec
+from typing import Any
 
 import pytest
 
@@ -14,7 +16,7 @@ def test_english_route_is_misaki_only_with_its_spacy_model(monkeypatch: pytest.M
     real = importlib.util.find_spec
     installed = {"misaki": True, "en_core_web_sm": True}
 
-    def find_spec(name: str, *args: object):  # type: ignore[no-untyped-def]
+    def find_spec(name: str, *args: Any) -> ModuleSpec | None:
         if name in installed:
             return real("json") if installed[name] else None
         return real(name, *args)

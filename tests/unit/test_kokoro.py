@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.base import BuiltinVoice, EngineCaps, EngineLoadError, SynthesisOptions
-from engines.kokoro.engine import MAX_TOKENS, KokoroEngine, choose_backend
+from engines.base import BuiltinVoice, EngineCaps, EngineContext, EngineLoadError, SynthesisOptions
+from engines.kokoro.backend import MAX_TOKENS
+from engines.kokoro.config import KokoroSettings
+from engines.kokoro.engine import SPEC as KOKORO
+from engines.kokoro.engine import KokoroEngine, choose_backend
 from errors import InvalidInput, NotFound
 from models.assemble import model_sum
 from text.languages import resolve_language
@@ -51,7 +54,8 @@ def test_builtin_packs_are_listed_before_loading(assembled_model: Path) -> None:
     }
     assert {v.gender for v in fresh.builtin_voices() if v.name in ("af_heart", "am_adam")} == {"female", "male"}
     assert not fresh.loaded
-    assert fresh.checkpoint == f"kokoro-82m-int8-onnx@{model_sum(assembled_model)[:16]}"  # the file as written
+    digest = model_sum(assembled_model)
+    assert digest is not None and fresh.checkpoint == f"kokoro-82m-int8-onnx@{digest[:16]}"  # the file as written
 
 
 def test_english_speech_at_24khz(engine: KokoroEngine) -> None:
@@ -117,11 +121,32 @@ def test_backend_choice() -> None:
     assert choose_backend("auto", None) == "onnx"
 
 
+def test_build_takes_kokoros_settings_and_the_context(tmp_path: Path) -> None:
+    """The ONNX folder is POLYTTS_KOKORO_ONNX_DIR, else the assembled one under the models folder; the chunk caps
+    come from the service's settings."""
+    context = EngineContext(
+        runtime="cpu",
+        models_dir=tmp_path,
+        max_voices_mem=4,
+        mlx_cache_mb=0,
+        stream_interval=0.5,
+        first_chunk_chars=40,
+        chunk_chars=90,
+    )
+    engine = KOKORO.build(KokoroSettings(kokoro_backend="onnx", kokoro_onnx_dir=None, onnx_threads=3), context)
+    assert isinstance(engine, KokoroEngine)
+    assert engine.onnx_dir == tmp_path / "kokoro-82m-int8" and engine.threads == 3
+    assert engine.caps == EngineCaps(first_chunk_chars=40, max_chunk_chars=90)
+    chosen = KOKORO.build(KokoroSettings(kokoro_backend="onnx", kokoro_onnx_dir=tmp_path / "elsewhere"), context)
+    assert isinstance(chosen, KokoroEngine) and chosen.onnx_dir == tmp_path / "elsewhere"
+
+
 def test_describe_names_backend_checkpoint_and_g2p(engine: KokoroEngine) -> None:
     described = engine.describe()
     assert described["backend"] == "onnx" and described["device"] == "cpu"
-    assert described["checkpoint"] == f"kokoro-82m-int8-onnx@{model_sum(engine.onnx_dir)[:16]}"
-    assert described["g2p"]["english"] == "espeak"  # no spaCy model here
+    digest, g2p = model_sum(engine.onnx_dir), described["g2p"]
+    assert digest is not None and described["checkpoint"] == f"kokoro-82m-int8-onnx@{digest[:16]}"
+    assert isinstance(g2p, dict) and g2p["english"] == "espeak"  # no spaCy model here
 
 
 def test_chinese_speaks_through_misaki(engine: KokoroEngine) -> None:

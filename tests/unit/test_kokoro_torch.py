@@ -14,7 +14,7 @@ from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineLoadError, 
 from engines.kokoro.engine import KokoroEngine
 from errors import NotFound
 from gpu.engine_pool import EnginePool, build_engines
-from gpu.scheduler import GpuThread
+from gpu.gpu_thread import GpuThread
 from lifecycle.metrics import Metrics
 from settings import load_settings
 from tests.support.tiny_kokoro import TINY_KOKORO_VOICES

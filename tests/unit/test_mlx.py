@@ -16,7 +16,8 @@ from engines.kokoro.engine import KokoroEngine
 from engines.mlx_base import WrongThread
 from engines.qwen.mlx_backend import MlxQwenEngine
 from engines.voxcpm.mlx_backend import MlxVoxCPMEngine
-from gpu.scheduler import GpuThread
+from errors import InvalidInput
+from gpu.gpu_thread import GpuThread
 from tests.support.clips import wav_clip
 from text.languages import resolve_language
 from voicebank.registry import Registration, VoiceRegistry
@@ -103,7 +104,7 @@ def test_prepared_voices_persist_and_are_bounded_in_memory(
     on(gpu, qwen.load)  # a restart or a model switch: the artefacts come back from disk
     prepared = on(gpu, qwen.prepare_voice, voices[0])
     assert codes.stat().st_mtime_ns == written
-    assert prepared.cache_key in qwen.model._icl_cache  # type: ignore[attr-defined]
+    assert prepared.cache_key in qwen.model._icl_cache
     assert len(collect(gpu, qwen, "From disk.", prepared, ENGLISH)) == 2
 
 
@@ -117,11 +118,23 @@ def test_mlx_calls_off_the_loading_thread_are_refused(
     assert threading.current_thread().name != "polytts-gpu"
 
 
+def test_only_registered_clips_are_voices_each_in_its_familys_words(
+    gpu: GpuThread, qwen: MlxQwenEngine, tiny_mlx_models: dict[str, Path]
+) -> None:
+    voxcpm = MlxVoxCPMEngine(
+        model=str(tiny_mlx_models["voxcpm"]), cache_mb=64, max_voices=4, max_ref_seconds=2.0, max_len=8, caps=CAPS
+    )
+    for engine, words in ((qwen, "Qwen3-TTS clones"), (voxcpm, "VoxCPM clones")):
+        with pytest.raises(InvalidInput) as err:
+            on(gpu, engine.prepare_voice, BuiltinVoice("af_tiny", "en-us", "kokoro"))
+        assert err.value.code == "wrong_engine" and words in err.value.message
+
+
 def test_memory_is_reported_and_cleared(gpu: GpuThread, qwen: MlxQwenEngine) -> None:
     on(gpu, qwen.release)
     memory = qwen.describe()["memory"]
-    assert set(memory) == {"active", "peak", "cache"}  # type: ignore[arg-type]
-    assert memory["cache"] == 0 and memory["peak"] > 0  # type: ignore[index]
+    assert isinstance(memory, dict) and set(memory) == {"active", "peak", "cache"}
+    assert memory["cache"] == 0 and memory["peak"] > 0
 
 
 def test_voxcpm_on_mlx_streams_per_generation(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import threading
 import time
@@ -21,11 +22,13 @@ from engines.qwen.engine import QwenEngine
 from engines.qwen.mlx_backend import MlxQwenEngine
 from engines.qwen.upstream import CODEC_ENCODER_RENAMES
 from errors import InvalidInput
-from gpu.scheduler import GpuThread
+from gpu.gpu_thread import GpuThread
+from settings import SettingsError, load_settings
 from tests.support.clips import wav_clip
 from tests.unit.test_mlx import on, register
 from text.languages import resolve_language
-from voicebank.registry import VoiceRegistry, compute_voice_id
+from voicebank.ids import compute_voice_id
+from voicebank.registry import VoiceRegistry
 
 FRAME = 1920  # samples per 12.5 Hz frame at 24 kHz
 MAX_TOKENS = 12  # generation steps: 11 frames (the first step only prefills; the random model never stops)
@@ -216,6 +219,51 @@ def test_only_registered_clips_are_voices(engine: QwenEngine) -> None:
     with pytest.raises(InvalidInput) as err:
         engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
     assert err.value.code == "wrong_engine"
+    assert "Qwen3-TTS clones from a registered clip" in err.value.message and "VoxCPM" not in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("qwen", "voxcpm", "expected"),
+    [
+        ("4", "9", 4.0),  # Qwen's own variable, whatever VoxCPM's says
+        (None, "9", 9.0),  # VoxCPM's, as Qwen read it before: for one more release, with a warning
+        (None, None, 15.0),
+    ],
+)
+def test_qwen_trims_its_references_by_its_own_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    qwen: str | None,
+    voxcpm: str | None,
+    expected: float,
+) -> None:
+    for name, value in (("POLYTTS_QWEN_MAX_REF_SECONDS", qwen), ("POLYTTS_VOXCPM_MAX_REF_SECONDS", voxcpm)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    for runtime, kind in (("cpu", QwenEngine), ("mlx", MlxQwenEngine)):
+        settings = load_settings(qwen_model="Qwen/Qwen3-TTS-12Hz-1.7B-Base", runtime=runtime)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="polytts.engines.qwen"):
+            built = QWEN.build(QWEN.own_settings(settings), settings.engine_context())
+        assert isinstance(built, kind) and built.max_ref_seconds == expected
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        if qwen is None and voxcpm is not None:
+            assert len(warnings) == 1, warnings
+            assert "POLYTTS_VOXCPM_MAX_REF_SECONDS" in warnings[0] and "POLYTTS_QWEN_MAX_REF_SECONDS" in warnings[0]
+            assert "deprecated" in warnings[0]
+        else:
+            assert not warnings
+        assert settings.voxcpm_max_ref_seconds == float(voxcpm or 15)  # VoxCPM reads its own as before
+
+
+def test_a_bad_voxcpm_reference_length_is_named_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read by VoxCPM and, deprecated, by Qwen: one variable, one complaint."""
+    monkeypatch.setenv("POLYTTS_VOXCPM_MAX_REF_SECONDS", "-1")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert str(err.value).count("POLYTTS_VOXCPM_MAX_REF_SECONDS") == 1 and "POLYTTS_POLYTTS" not in str(err.value)
 
 
 def test_unload_releases_and_reload_gives_the_same_checkpoint(tiny_qwen_torch: Path, registry: VoiceRegistry) -> None:

@@ -117,6 +117,7 @@ def test_only_registered_clips_are_voices(engine: VoxCPMEngine) -> None:
     with pytest.raises(InvalidInput) as err:
         engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
     assert err.value.code == "wrong_engine"
+    assert "VoxCPM clones from a registered clip" in err.value.message
 
 
 def test_unload_and_reload(tiny_voxcpm: Path, registry: VoiceRegistry) -> None:

@@ -1,0 +1,50 @@
+"""What configures Kokoro: its node settings (`POLYTTS_*`, composed into the service's `Settings`) and the
+parameters a request may set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from engines.base import EngineParams, EngineSettings
+from models.assemble import default_folder
+
+
+class KokoroParams(EngineParams):
+    """What a Kokoro request may set."""
+
+    # Kokoro scales its predicted durations by 1/speed: every speed of OpenAI's range is native to it.
+    speed: float = Field(1.0, ge=0.25, le=4.0, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
+    normalize: bool = Field(
+        True,
+        description="Kokoro: read numbers, money, dates, times, units and abbreviations as words first (English; "
+        "default true).",
+    )
+
+
+class KokoroSettings(EngineSettings):
+    """Kokoro's node settings: backend, weights and threads."""
+
+    kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
+    """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
+    otherwise."""
+
+    kokoro_model: str = "hexgrad/Kokoro-82M"
+    """Kokoro weights for the PyTorch backend: a hub id (fetched into the hub cache when online) or a local folder
+    holding `config.json`, one `.pth` and `voices/*.pt`."""
+
+    kokoro_onnx_dir: Path | None = None
+    """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
+    Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
+
+    onnx_threads: int = Field(0, ge=0, le=256)
+    """ONNX Runtime intra-op threads; 0 uses every core."""
+
+    mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
+    """MLX runtime: Kokoro weights (hub id or local folder)."""
+
+    def onnx_path(self, models_dir: Path) -> Path:
+        """The ONNX backend's model folder: POLYTTS_KOKORO_ONNX_DIR, else the assembled one under `models_dir`."""
+        return self.kokoro_onnx_dir or default_folder(models_dir)

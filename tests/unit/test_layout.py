@@ -1,0 +1,134 @@
+"""The layout holds: engines never reach the service's settings, backends import leaf modules, and settings.py is
+on no import cycle.
+
+Every project module's imports are read from its source (ast): top-level ones, those under `TYPE_CHECKING` and
+those inside functions alike, since each is a dependency a reader has to follow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SKIPPED = {"voices", "cache", "data", "deploy", "playground", "__pycache__"}
+"""Folders at the top that hold no project code (data, configuration, static files)."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def project_modules() -> dict[str, Path]:
+    """Every Python module of the project by its dotted name, virtual environments and data folders left out."""
+    modules: dict[str, Path] = {}
+    for path in ROOT.rglob("*.py"):
+        top = path.relative_to(ROOT).parts[0]
+        if top.startswith(".") or top in SKIPPED or "__pycache__" in path.parts:
+            continue
+        modules[module_name(path)] = path
+    return modules
+
+
+def imported(name: str) -> Iterator[tuple[str, list[str]]]:
+    """(module, names) for each import statement of module `name`, relative ones resolved; `names` is what a
+    `from ... import` takes (empty for a plain `import`)."""
+    path = project_modules()[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base, [alias.name for alias in node.names]
+
+
+@cache
+def import_graph(packages: bool) -> dict[str, frozenset[str]]:
+    """Project module -> the project modules it imports: the named module and each submodule a `from package
+    import name` takes; with `packages`, also each package above a named module (Python runs those first)."""
+    modules = project_modules()
+    graph: dict[str, frozenset[str]] = {}
+    for name in modules:
+        targets: set[str] = set()
+        for module, names in imported(name):
+            candidates = [module, *(f"{module}.{n}" for n in names)]
+            if packages:
+                parts = module.split(".")
+                candidates += [".".join(parts[:depth]) for depth in range(1, len(parts))]
+            targets.update(c for c in candidates if c in modules and c != name)
+        graph[name] = frozenset(targets)
+    return graph
+
+
+def path_between(start: str, goal: str, packages: bool = True) -> list[str] | None:
+    """A shortest import chain from `start` to `goal` (both included), or None."""
+    graph, previous = import_graph(packages), {start: start}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target in sorted(graph[module]):
+                if target == goal:
+                    chain = [goal, module]
+                    while chain[-1] != start:
+                        chain.append(previous[chain[-1]])
+                    return chain[::-1]
+                if target not in previous:
+                    previous[target] = module
+                    following.append(target)
+        frontier = following
+    return None
+
+
+def engine_modules() -> list[str]:
+    return sorted(name for name in project_modules() if name == "engines" or name.startswith("engines."))
+
+
+def test_no_engine_module_imports_the_service_settings() -> None:
+    offenders = [
+        f"{name} imports {module}"
+        for name in engine_modules()
+        for module, _ in imported(name)
+        if module == "settings" or module.startswith("settings.")
+    ]
+    assert not offenders, "engines receive their own settings and an EngineContext, never settings.py: " + "; ".join(
+        offenders
+    )
+
+
+def test_backends_never_import_their_parent_package() -> None:
+    """A module of an engine family imports the family's leaf modules by name, never what the package's __init__
+    holds (which would run it, and tie the module to the whole family)."""
+    modules = project_modules()
+    offenders = []
+    for name in engine_modules():
+        package = name.rpartition(".")[0]
+        if package.count(".") != 1 or modules[name].name == "__init__.py":
+            continue  # only the modules inside a family package (engines/<family>/<module>.py)
+        for module, names in imported(name):
+            if module == package and any(f"{package}.{n}" not in modules for n in names or ["*"]):
+                offenders.append(f"{name}: from {module} import {', '.join(names) or '(the package)'}")
+    assert not offenders, "; ".join(offenders)
+
+
+def test_no_import_cycle_among_the_engine_modules() -> None:
+    """Backends and engines import downwards only: the engine builds its backends, a backend never imports the
+    engine. (The packages above a module, which Python imports first, do not count here: every module is below
+    `engines`, whose __init__ lists the families.)"""
+    cycles = {" -> ".join(chain) for name in engine_modules() if (chain := path_between(name, name, packages=False))}
+    assert not cycles, "; ".join(sorted(cycles))
+
+
+def test_settings_is_on_no_import_cycle() -> None:
+    assert "settings" in project_modules()
+    chain = path_between("settings", "settings")
+    assert chain is None, "settings.py is on an import cycle: " + " -> ".join(chain or [])
