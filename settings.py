@@ -6,7 +6,7 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -276,6 +276,7 @@ class ServiceSettings(EngineSettings):
         )
 
 
+# The engine families' settings classes are bases computed at import time, which a type checker cannot follow.
 class Settings(ServiceSettings, *(spec.settings for spec in ENGINE_SPECS)):  # type: ignore[misc]
     """Every field maps onto the environment variable `POLYTTS_<FIELD>` (case-insensitive)."""
 
@@ -284,10 +285,10 @@ class SettingsError(Exception):
     """Invalid configuration; the message names each offending environment variable."""
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read the environment (plus explicit overrides) or raise SettingsError naming the bad variables."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

@@ -206,10 +206,14 @@ class _AvEncoder(Encoder):
         self._sink = _Sink()
         self._container = av.open(self._sink, mode="w", format=codec.muxer, options=codec.muxer_options)
         try:
-            self._container.flags |= av.container.Flags.flush_packets.value
-            self._stream = self._container.add_stream(
+            # PyAV's stub types a flag's .value as the flag itself; at run time it is the int that `flags` holds.
+            self._container.flags |= av.container.Flags.flush_packets.value  # type: ignore[operator]
+            stream = self._container.add_stream(
                 codec.codec, rate=codec_sample_rate(fmt, sample_rate), options=codec.codec_options
             )
+            # Every codec in _CODECS is an audio codec; the check tells the type checker which stream it made.
+            assert isinstance(stream, av.AudioStream), stream
+            self._stream = stream
             self._stream.layout = "mono"
             if codec.bit_rate:
                 self._stream.bit_rate = codec.bit_rate

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from audio.encoding import AUDIO_FORMATS, open_encoder, to_pcm16
+from audio.encoding import AUDIO_FORMATS, AudioFormat, open_encoder, to_pcm16
 from bench.common import (
     SIXTY_WORDS,
     in_process_engine,
@@ -121,7 +121,7 @@ def synthesize(voice_name: str | None) -> dict[str, Any]:
         }
 
 
-def encode_timed(fmt: str, pieces: list[tuple[float, bytes]], rate: int) -> dict[str, Any]:
+def encode_timed(fmt: AudioFormat, pieces: list[tuple[float, bytes]], rate: int) -> dict[str, Any]:
     """One response's encoding as the service does it: the encoder opened before the first PCM (its container header
     ready at once), each piece fed in slices (`Encoder.feed_sliced`), then finished; every call timed.
 
@@ -129,7 +129,7 @@ def encode_timed(fmt: str, pieces: list[tuple[float, bytes]], rate: int) -> dict
     the first slice, plus, should a piece be too short for a codec frame, the wait for the next pieces' synthesis.
     """
     started = time.perf_counter()
-    encoder = open_encoder(fmt, rate)  # type: ignore[arg-type]
+    encoder = open_encoder(fmt, rate)
     size = len(encoder.feed(b""))  # the container's header, if any
     open_s = time.perf_counter() - started
     spent = 0.0

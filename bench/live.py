@@ -44,6 +44,7 @@ from urllib.parse import urlencode
 import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
 
 from bench.common import SIXTY_WORDS, Playback, figure_main, measure_stream
 from bench.duplex_http import DuplexRequest
@@ -144,11 +145,11 @@ def _query(args: argparse.Namespace) -> str:
 
 
 async def over_websocket(url: str, parts: list[str], args: argparse.Namespace) -> LiveRun:
-    protocols = ["polytts"]
+    protocols = [Subprotocol("polytts")]
     if args.api_key:
-        protocols.append("bearer." + base64.urlsafe_b64encode(args.api_key.encode()).decode().rstrip("="))
+        protocols.append(Subprotocol("bearer." + base64.urlsafe_b64encode(args.api_key.encode()).decode().rstrip("=")))
     uri = url.replace("http", "ws", 1) + "/tts/live/ws?" + _query(args)
-    async with connect(uri, subprotocols=protocols, max_size=None) as ws:  # type: ignore[arg-type]
+    async with connect(uri, subprotocols=protocols, max_size=None) as ws:
         run = LiveRun("ws", time.perf_counter())
         sender = asyncio.create_task(
             produce(
@@ -187,7 +188,10 @@ async def over_http(url: str, parts: list[str], args: argparse.Namespace) -> Liv
     headers = {"Content-Type": "application/x-ndjson", **_auth(args)}
     async with await DuplexRequest.open(url, "POST", "/tts/live?" + _query(args), headers) as request:
         run = LiveRun("http", time.perf_counter())
-        line = lambda t: request.send((json.dumps({"text": t}) + "\n").encode())  # noqa: E731
+
+        def line(text: str) -> Awaitable[None]:
+            return request.send((json.dumps({"text": text}) + "\n").encode())
+
         sender = asyncio.create_task(produce(run, parts, args.tokens_per_s, line, request.end))
         try:
             head = await request.head()

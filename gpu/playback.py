@@ -223,7 +223,7 @@ def simulate(
         if left[sid]:
             heapq.heappush(queue, urgency(sid))
     state = [
-        StreamDemand(sid, list(units), None if ends[sid] is None else ends[sid] - now, arrival[sid])  # type: ignore[operator]
+        StreamDemand(sid, list(units), None if (end := ends[sid]) is None else end - now, arrival[sid])
         for sid, units in left.items()
         if units
     ]

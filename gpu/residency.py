@@ -257,8 +257,9 @@ IMPLEMENTATION = "local"
 attach: Callable[..., Any] | None = None
 """`livestack_node.attach` when the installed fleet package provides it (see fleet.py), else None."""
 try:
-    # The fleet's classes replace the local ones for every importer of this module (re-exports, hence F401).
-    from livestack_node import (  # type: ignore[no-redef,import-not-found,assignment]  # noqa: F811, F401
+    # The fleet's classes replace the local ones defined above (hence no-redef) for every importer of this module
+    # (re-exports, hence F401).
+    from livestack_node import (  # type: ignore[no-redef]  # noqa: F401
         ManagedUnit,
         ModelManager,
         ResidencyPolicy,

@@ -46,6 +46,10 @@ class VoiceCatalog:
         name = name or self.default_voice
         if is_blend(name):
             return await self.resolve_blend(name)
+        return await self._resolve_single(name)
+
+    async def _resolve_single(self, name: str) -> BuiltinVoice | VoiceEntry:
+        """A built-in voice or a registered one by its name (a blend's parts are such names)."""
         builtin = self.builtins().get(name)
         if builtin is not None:
             return builtin
@@ -82,7 +86,7 @@ class VoiceCatalog:
             where = {"part": part.name, "index": index}
             label = f"invalid blend part at index {index} '{excerpt(part.name)}'"
             try:
-                voice = await self.resolve(part.name)
+                voice = await self._resolve_single(part.name)
             except Unavailable:  # the engine is loading or failed: not the formula's fault
                 raise
             except ServiceError as exc:
@@ -97,7 +101,7 @@ class VoiceCatalog:
                 )
             if voices and voice.engine != voices[0].engine:
                 raise InvalidInput(f"{label} belongs to another engine", code="invalid_blend", detail=where)
-            voices.append(voice)  # type: ignore[arg-type]
+            voices.append(voice)
         return BlendVoice(canonical_blend(parts), voices[0].engine, tuple(zip(voices, (p.weight for p in parts))))
 
     @staticmethod

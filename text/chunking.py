@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal, overload
 
 # --- where text may be cut --------------------------------------------------------------------------------------
 
@@ -81,11 +81,13 @@ def _span(text: str, start: int, end: int) -> int:
     return len(_clean(text[start:end]))
 
 
-_WAIT = "wait"
+_WAIT: Final = "wait"
 """What a mark makes while the text after it is too short to decide (only ever at the end of the text)."""
 
 
-def _is_sentence_end(text: str, mark_start: int, stop: str, following: str, complete: bool) -> Pause | str | None:
+def _is_sentence_end(
+    text: str, mark_start: int, stop: str, following: str, complete: bool
+) -> Pause | Literal["wait"] | None:
     """What a run of full stops, question or exclamation marks followed by a space ends: a sentence, a clause
     (an ellipsis or a quoted question going on in lower case: `"Why?" she asked`), or nothing (an abbreviation).
     `following` is the next word ("" at the end of the text), `complete` whether it may still grow."""
@@ -132,7 +134,9 @@ def _previous_word(text: str, before: int) -> str:
     return text[begin:end]
 
 
-def _mark_pause(text: str, match: re.Match[str], following: str, complete: bool, newlines: int) -> Pause | str | None:
+def _mark_pause(
+    text: str, match: re.Match[str], following: str, complete: bool, newlines: int
+) -> Pause | Literal["wait"] | None:
     """The boundary a punctuation mark makes, given the word after it; None when it makes none, _WAIT when the
     word after it is still incomplete and matters."""
     if newlines:
@@ -150,6 +154,13 @@ def _mark_pause(text: str, match: re.Match[str], following: str, complete: bool,
     return "clause"
 
 
+def _run_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where the run of `pattern` (`_SPACE` or `_WORD`, which match the empty string too) starting at `pos` ends."""
+    match = pattern.match(text, pos)
+    assert match is not None, "the pattern matches the empty string"
+    return match.end()
+
+
 def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], int]:
     """Clause pieces of text[start:] whose ends are decided, and how far the text after them surely runs.
 
@@ -160,13 +171,13 @@ def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], int]:
     mark (or of the text). With `final`, the text after the last mark becomes a piece ended by "none".
     """
     pieces: list[_Piece] = []
-    begin = _SPACE.match(text, start).end()  # type: ignore[union-attr]
+    begin = _run_end(_SPACE, text, start)
     pos = begin
     while (match := _MARK.search(text, pos)) is not None:
-        after = _SPACE.match(text, match.end()).end()  # type: ignore[union-attr]
+        after = _run_end(_SPACE, text, match.end())
         if after == len(text) and not final:
             return pieces, match.end()
-        word_end = _WORD.match(text, after).end()  # type: ignore[union-attr]
+        word_end = _run_end(_WORD, text, after)
         following = text[after : max(word_end, min(after + 1, len(text)))]
         newlines = text.count("\n", match.start() if match.group("newline") else match.end(), after)
         pause = _mark_pause(text, match, following, final or word_end < len(text), newlines)
@@ -176,7 +187,7 @@ def _pieces(text: str, start: int, final: bool) -> tuple[list[_Piece], int]:
             pos = match.end()
             continue
         end = match.start() if match.group("newline") else match.end()
-        pieces.append(_Piece(begin, end, pause))  # type: ignore[arg-type]
+        pieces.append(_Piece(begin, end, pause))
         begin = pos = after
     if not final:
         return pieces, len(text.rstrip())
@@ -272,6 +283,14 @@ def _natural_cut(text: str, start: int, end: int, cap: int, target: float, compl
     return cut, cut
 
 
+@overload
+def _take(
+    text: str, pieces: list[_Piece], cap: int, hard: int, balanced: bool, open_last: Literal[False] = False
+) -> tuple[list[_Piece], list[_Piece]]: ...
+@overload
+def _take(
+    text: str, pieces: list[_Piece], cap: int, hard: int, balanced: bool, open_last: bool
+) -> tuple[list[_Piece], list[_Piece]] | None: ...
 def _take(
     text: str, pieces: list[_Piece], cap: int, hard: int, balanced: bool, open_last: bool = False
 ) -> tuple[list[_Piece], list[_Piece]] | None:
@@ -351,10 +370,11 @@ def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sent
         return []
     first_cap, first_hard, cap = _caps(first_chunk_chars, max_chunk_chars)
     first = sentences[0]
+    rest: list[_Piece]
     if _span(text, first[0].start, first[-1].end) <= first_cap:
         head, rest = first, []
     else:
-        head, rest = _take(text, first, first_cap, first_hard, balanced=False)  # type: ignore[misc]
+        head, rest = _take(text, first, first_cap, first_hard, balanced=False)
     chunks = [_chunk(text, head)]
     current: list[_Piece] = []
     count = 0
@@ -374,7 +394,7 @@ def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sent
             if _span(text, sentence[0].start, sentence[-1].end) <= cap:
                 head, sentence = sentence, []
             else:
-                head, sentence = _take(text, sentence, cap, cap, balanced=True)  # type: ignore[misc]
+                head, sentence = _take(text, sentence, cap, cap, balanced=True)
             chunks.append(_chunk(text, head))
     if current:
         chunks.append(_chunk(text, current))
@@ -458,7 +478,7 @@ class PhraseSegmenter:
                 return None
             if _span(text, sentence[0].start, sentence[-1].end) <= cap:
                 return sentence, self._resume(sentence[-1].end)
-            taken = _take(text, sentence, cap, hard, balanced=False)
+            taken: tuple[list[_Piece], list[_Piece]] | None = _take(text, sentence, cap, hard, balanced=False)
         else:
             # The sentence is still open. Once what is known of it exceeds the cap it will be cut, and the cut is
             # decided as soon as the clauses it depends on are: the open last clause counts by its length so far.
@@ -473,4 +493,4 @@ class PhraseSegmenter:
         return head, self._resume(head[-1].end)
 
     def _resume(self, end: int) -> int:
-        return _SPACE.match(self._text, end).end()  # type: ignore[union-attr]
+        return _run_end(_SPACE, self._text, end)

@@ -226,7 +226,8 @@ class _Words:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 (one module-level instance: the cache lives as long as it)
     def _cardinal(self, value: int) -> str:
-        return str(self._engine.number_to_words(value, andword="", comma=""))
+        # As a string: inflect's annotation (numbers.Number) admits no int to a type checker; it reads str(value) anyway.
+        return str(self._engine.number_to_words(str(value), andword="", comma=""))
 
     def number(self, text: str) -> str:
         """A decimal or whole number: "3.14" three point one four, ".5" point five."""
@@ -239,7 +240,7 @@ class _Words:
     def ordinal(self, digits: str) -> str:
         return self._ordinal(self.cardinal(digits))
 
-    @functools.lru_cache(maxsize=1024)  # noqa: B019
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 (as above)
     def _ordinal(self, words: str) -> str:
         return str(self._engine.ordinal(words))
 

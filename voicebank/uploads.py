@@ -12,6 +12,7 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -19,6 +20,9 @@ from starlette.requests import ClientDisconnect, Request
 
 from errors import BadRequest, ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
 from voicebank.voice_entry import excerpt
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks  # declared for type checkers only
 
 # Above any real file name (most file systems stop at 255 bytes), far below a memory concern.
 MAX_FILENAME_CHARS = 1024
@@ -127,7 +131,7 @@ class _FormReader:
         self._header_value = bytearray()
         self._headers: dict[bytes, bytes] = {}
 
-    def callbacks(self) -> dict[str, object]:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self._on_part_begin,
             "on_header_field": lambda data, start, end: self._header_field.extend(data[start:end]),
@@ -212,11 +216,7 @@ async def read_form(
     if reservation is not None and declared_size is not None:
         reservation.cover(declared_size)
     reader = _FormReader(file_limit, field_limit, max_parts)
-    parser = MultipartParser(
-        boundary,
-        reader.callbacks(),
-        max_header_size=MAX_PART_HEADER_BYTES,  # type: ignore[arg-type]
-    )
+    parser = MultipartParser(boundary, reader.callbacks(), max_header_size=MAX_PART_HEADER_BYTES)
     try:
         async for chunk in _bounded(request, body_limit, reservation):
             parser.write(chunk)

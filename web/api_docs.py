@@ -280,6 +280,7 @@ def install(
             built.update(_complete(FastAPI.openapi(app), public, max_text_chars, text_fields))
         return built
 
+    # Replacing the method is how FastAPI documents extending its schema; mypy refuses assigning to a method.
     app.openapi = openapi  # type: ignore[method-assign]
 
 

@@ -3,8 +3,8 @@ speech routes, which counts a request whose body does not validate as a refused 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -18,12 +18,12 @@ from web.auth import ANONYMOUS, Identity
 
 
 def get_service(connection: HTTPConnection) -> Service:
-    return connection.app.state.service  # type: ignore[no-any-return]
+    return connection.app.state.service
 
 
 def get_identity(connection: HTTPConnection) -> Identity | None:
     """Who `auth.Authenticate` decided this request is (None on a public path asked without a valid key)."""
-    return connection.state.identity  # type: ignore[no-any-return]
+    return connection.state.identity
 
 
 def get_principal(identity: Annotated[Identity | None, Depends(get_identity)]) -> str:
@@ -71,7 +71,7 @@ StreamContext = Annotated[RequestContext, Depends(stream_context)]
 class SpeechRoute(APIRoute):
     """A speech route: a body that does not validate is a refused request, logged and counted like the others."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def counted(request: Request) -> Response:

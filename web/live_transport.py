@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from starlette.types import Receive
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from audio.word_timings import Words
@@ -69,7 +70,7 @@ class LiveSession:
     feeder: asyncio.Task[None]
     reader: asyncio.Task[None]
 
-    async def cancel_when_gone(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    async def cancel_when_gone(self, receive: Receive) -> None:
         """Once the request body has been read, cancel the synthesis when the client goes away (nobody else reads
         the connection by then)."""
         await asyncio.wait([self.reader])
@@ -81,8 +82,10 @@ class LiveSession:
     @property
     def failure(self) -> ServiceError | None:
         """Why the messages stopped early (a bad message, the idle limit, too much text), if they did."""
-        if self.feeder.done() and not self.feeder.cancelled() and isinstance(self.feeder.exception(), ServiceError):
-            return self.feeder.exception()  # type: ignore[return-value]
+        if self.feeder.done() and not self.feeder.cancelled():
+            error = self.feeder.exception()
+            if isinstance(error, ServiceError):
+                return error
         return None
 
     async def close(self) -> None:

@@ -75,15 +75,16 @@ def _engine_fields() -> dict[str, Any]:
     for name, infos in declared.items():
         first = infos[0]
         agreed = all(info.annotation == first.annotation and info.metadata == first.metadata for info in infos)
-        annotation = first.annotation
+        annotation: Any = first.annotation
         if agreed and first.metadata:
             annotation = Annotated[annotation, *first.metadata]
         description = " ".join(info.description or "" for info in infos).strip()
-        fields[name] = (Optional[annotation], Field(None, description=description))  # noqa: UP045 - a runtime type
+        # Optional[] wraps any annotation object; `X | None` only takes classes and typing forms.
+        fields[name] = (Optional[annotation], Field(None, description=description))  # noqa: UP045
     return fields
 
 
-TTSRequest = create_model(  # type: ignore[call-overload]
+TTSRequest = create_model(
     "TTSRequest",
     __base__=SpeechFields,
     __doc__="Body of `POST /tts` and `POST /tts/stream`.",
@@ -99,7 +100,7 @@ class LiveFields(VoiceFields):
     )
 
 
-LiveOptions = create_model(  # type: ignore[call-overload]
+LiveOptions = create_model(
     "LiveOptions",
     __base__=LiveFields,
     __doc__="The options of a live request: voice, language, format and the engine's parameters.",
@@ -135,6 +136,7 @@ class VoiceForm(BaseModel):
         description="Kokoro only, instead of audio: one float tensor of shape (510, 1, 256) as .pt, .npy, "
         ".npz or .safetensors; a file part.",
     )
+    # A Literal of the families' names, built at import time: pydantic reads it, a type checker cannot.
     engine: Literal[tuple(FAMILIES)] = Field(  # type: ignore[valid-type]
         description="The engine the voice is for (kokoro takes a voice_pack, the others a clip)."
     )

@@ -55,9 +55,12 @@ async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -
     if body.instructions:  # no engine here takes a style prompt
         headers["X-Ignored-Parameters"] = "instructions"
     if body.stream_format == "sse":
-        usage = lambda: speech_usage(body.input, speech.timings.audio_seconds())  # noqa: E731 - read at the end
+        events = speech_events(
+            speech.encoded(body.response_format),
+            lambda: speech_usage(body.input, speech.timings.audio_seconds()),  # read once the audio is complete
+        )
         return StreamingResponse(
-            cut_on_failure(speech_events(speech.encoded(body.response_format), usage)),
+            cut_on_failure(events),
             media_type=SSE_MEDIA_TYPE,
             headers=headers,
         )

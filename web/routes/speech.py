@@ -12,8 +12,8 @@ from fastapi import APIRouter, HTTPException, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from audio.encoding import MEDIA_TYPES
-from audio.word_timings import captions
+from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES
+from audio.word_timings import CaptionFormat, captions
 from errors import InvalidInput, ServiceError
 from lifecycle.synthesis import RequestContext
 from text.languages import LANGUAGES
@@ -24,7 +24,10 @@ from web.http_errors import cut_on_failure, deny_websocket
 from web.live_transport import json_objects, open_session, serve_websocket
 from web.protocol import EngineCatalog, LiveMessage, LiveOptions, TimedSpeech, TTSRequest
 
-CAPTION_MEDIA_TYPES = {"vtt": "text/vtt; charset=utf-8", "srt": "application/x-subrip; charset=utf-8"}
+CAPTION_MEDIA_TYPES: dict[CaptionFormat, str] = {
+    "vtt": "text/vtt; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+}
 
 router = APIRouter(route_class=SpeechRoute, tags=["speech"])
 
@@ -42,14 +45,16 @@ _STREAM = api_docs.audio("pcm", "The audio as it is made (a chunked body).")
 
 
 @router.post("/tts", response_class=Response, responses={**_FILE, **_SPEECH_ERRORS})
-async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Response:  # type: ignore[valid-type]
+async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Response:
     fmt = body.format or "wav"
-    captioned = fmt in CAPTION_MEDIA_TYPES
-    speech = await service.synthesis.speak(body, ctx, timed=body.timestamps or captioned)
-    audio = await speech.read("pcm" if captioned else fmt)
-    if captioned:
+    if fmt == "vtt" or fmt == "srt":
+        # Captions are timed by the words of the whole synthesis: it is read to its end first.
+        speech = await service.synthesis.speak(body, ctx, timed=True)
+        await speech.read("pcm")
         headers = {"X-Engine": speech.plan.engine.name, "Server-Timing": speech.timings.server_timing()}
         return Response(captions(speech.words, fmt), media_type=CAPTION_MEDIA_TYPES[fmt], headers=headers)
+    speech = await service.synthesis.speak(body, ctx, timed=body.timestamps)
+    audio = await speech.read(fmt)
     headers = {**speech.headers(fmt), "Server-Timing": speech.timings.server_timing()}
     if body.timestamps:
         timed = TimedSpeech(
@@ -63,9 +68,9 @@ async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Resp
 
 
 @router.post("/tts/stream", response_class=StreamingResponse, responses={**_STREAM, **_SPEECH_ERRORS})
-async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:  # type: ignore[valid-type]
+async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:
     fmt = body.format or "pcm"
-    if fmt in CAPTION_MEDIA_TYPES or body.timestamps:
+    if fmt not in AUDIO_FORMATS or body.timestamps:
         raise InvalidInput(
             "word timings come with POST /tts or the live WebSocket, not a raw stream", code="timestamps_unsupported"
         )

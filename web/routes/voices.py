@@ -30,7 +30,9 @@ VoiceId = Annotated[
         json_schema_extra={"pattern": f"^{VOICE_ID_RE.pattern}$"},
     ),
 ]
-_EXISTED = {200: {"model": VoiceCreated, "description": "The same registration exists already: nothing was written."}}
+_EXISTED: api_docs.Responses = {
+    200: {"model": VoiceCreated, "description": "The same registration exists already: nothing was written."}
+}
 _UPLOAD_ERRORS = api_docs.errors(409, 413, 422, 503, 507)
 
 
