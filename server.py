@@ -23,10 +23,9 @@ from fastapi import FastAPI
 
 from errors import Unavailable
 from gpu.runtime import RuntimeRefused, check_runtime
-from lifecycle import fleet
 from lifecycle.service import Service, build_service
 from settings import Settings, SettingsError, load_settings
-from web import api_docs
+from web import api_docs, fleet
 from web.auth import ApiKeys, Authenticate, is_public
 from web.http_errors import install_error_handlers
 from web.middleware import AccessLog, BodyLimit, CutStreams

@@ -22,10 +22,10 @@ from lifecycle.metrics import Metrics
 from lifecycle.synthesis import SynthesisService
 from pcm_cache import PcmCache
 from settings import Settings
+from voicebank.openai_voices import voice_table
 from voicebank.peers import Peers
 from voicebank.registry import VoiceRegistry
 from voicebank.uploads import UploadBudget
-from web.openai_protocol import voice_table
 
 
 @dataclass

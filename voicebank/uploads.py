@@ -9,16 +9,15 @@ in memory by every upload together are counted against one `UploadBudget`: past 
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
-from starlette.requests import ClientDisconnect, Request
 
-from errors import BadRequest, ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
+from errors import BadRequest, InvalidInput, PayloadTooLarge, ServiceError, Unavailable
 from voicebank.voice_entry import excerpt
 
 if TYPE_CHECKING:
@@ -29,6 +28,16 @@ MAX_FILENAME_CHARS = 1024
 # One header line of a part (Content-Disposition with its file name): a few hundred bytes in practice. Longer is a
 # 400 `malformed_multipart` from the parser, before the line is kept in memory.
 MAX_PART_HEADER_BYTES = 16 * 1024
+
+
+class Body(Protocol):
+    """A request body as it arrives (a Starlette `Request` is one). The web layer passes it; a client that leaves
+    mid-way ends `stream()` with `ClientDisconnected`."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def stream(self) -> AsyncIterator[bytes]: ...
 
 
 class UnsupportedMediaType(ServiceError):
@@ -192,7 +201,7 @@ class _FormReader:
 
 
 async def read_form(
-    request: Request,
+    request: Body,
     *,
     file_limit: int,
     field_limit: int = 64 * 1024,
@@ -228,7 +237,7 @@ async def read_form(
     return reader.parts
 
 
-async def read_body(request: Request, limit: int, reservation: Reservation | None = None) -> bytes:
+async def read_body(request: Body, limit: int, reservation: Reservation | None = None) -> bytes:
     """A whole (non-multipart) upload body, refused (413) as soon as it passes `limit`, counted against the budget."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -236,16 +245,13 @@ async def read_body(request: Request, limit: int, reservation: Reservation | Non
     return b"".join([chunk async for chunk in _bounded(request, limit, reservation)])
 
 
-async def _bounded(request: Request, limit: int, reservation: Reservation | None) -> AsyncIterator[bytes]:
+async def _bounded(request: Body, limit: int, reservation: Reservation | None) -> AsyncIterator[bytes]:
     """The body's chunks as they arrive, refused (413) past `limit`; each counted against the reservation first."""
     received = 0
-    try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > limit:
-                raise PayloadTooLarge(f"request body is larger than {limit} bytes", code="body_too_large")
-            if reservation is not None:
-                reservation.cover(received)
-            yield chunk
-    except ClientDisconnect:
-        raise ClientDisconnected("client disconnected while uploading") from None
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise PayloadTooLarge(f"request body is larger than {limit} bytes", code="body_too_large")
+        if reservation is not None:
+            reservation.cover(received)
+        yield chunk

@@ -1,5 +1,5 @@
-"""The layout holds: engines never reach the service's settings, backends import leaf modules, and settings.py is
-on no import cycle.
+"""The layout holds: engines never reach the service's settings, backends import leaf modules, settings.py is
+on no import cycle, and nothing below the web layer imports it or a web framework.
 
 Every project module's imports are read from its source (ast): top-level ones, those under `TYPE_CHECKING` and
 those inside functions alike, since each is a dependency a reader has to follow.
@@ -132,3 +132,26 @@ def test_settings_is_on_no_import_cycle() -> None:
     assert "settings" in project_modules()
     chain = path_between("settings", "settings")
     assert chain is None, "settings.py is on an import cycle: " + " -> ".join(chain or [])
+
+
+WEB_FRAMEWORKS = ("fastapi", "starlette")
+BELOW_THE_WEB = ("lifecycle", "gpu", "text", "audio", "voicebank", "engines")
+"""Packages the web layer builds on: none of them may import it, or a web framework."""
+
+
+def test_only_the_web_layer_imports_the_web_frameworks_or_the_web_package() -> None:
+    offenders = []
+    for name in project_modules():
+        if name.split(".")[0] not in BELOW_THE_WEB:
+            continue
+        for module, _ in imported(name):
+            top = module.split(".")[0]
+            if top in WEB_FRAMEWORKS or top == "web":
+                offenders.append(f"{name} imports {module}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_live_text_and_the_lifecycle_are_on_no_import_cycle() -> None:
+    for name in ("text.live_text", "lifecycle.synthesis"):
+        cycle = path_between(name, name)
+        assert cycle is None, " -> ".join(cycle)

@@ -23,10 +23,10 @@ from pydantic import ValidationError
 from audio.encoding import AUDIO_FORMATS
 from engines.base import BuiltinVoice
 from errors import Busy, ClientDisconnected, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
+from voicebank.openai_voices import DEFAULT_VOICES, voice_table
 from voicebank.voice_entry import VoiceEntry
 from web.http_errors import install_error_handlers
 from web.openai_protocol import (
-    DEFAULT_VOICES,
     SPEECH_MODELS,
     SSE_MEDIA_TYPE,
     SpeechRequest,
@@ -39,7 +39,6 @@ from web.openai_protocol import (
     speech_events,
     speech_usage,
     validation_error_body,
-    voice_table,
     voices_list,
 )
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from engines import FAMILIES
-from errors import Conflict, InvalidInput
+from errors import ClientDisconnected, Conflict, InvalidInput
 from text.languages import LANGUAGES
 from voicebank import bundles
 from voicebank.ids import VOICE_ID_RE, check_voice_id
@@ -34,6 +36,21 @@ _EXISTED: api_docs.Responses = {
     200: {"model": VoiceCreated, "description": "The same registration exists already: nothing was written."}
 }
 _UPLOAD_ERRORS = api_docs.errors(409, 413, 422, 503, 507)
+
+
+class UploadBody:
+    """A request's body as voicebank.uploads reads it: Starlette's disconnect becomes the service's own error."""
+
+    def __init__(self, request: Request) -> None:
+        self.headers = request.headers
+        self._request = request
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._request.stream():
+                yield chunk
+        except ClientDisconnect:
+            raise ClientDisconnected("client disconnected while uploading") from None
 
 
 def _flag(parts: dict[str, FormPart], name: str) -> bool:
@@ -92,7 +109,7 @@ def _language(parts: dict[str, FormPart]) -> str | None:
 )
 async def register_voice(request: Request, service: ServiceDep) -> JSONResponse:
     with service.uploads.reservation() as held:  # uploads held in memory count against one budget
-        parts = await read_form(request, file_limit=service.settings.max_upload_bytes, reservation=held)
+        parts = await read_form(UploadBody(request), file_limit=service.settings.max_upload_bytes, reservation=held)
         entry, created = await asyncio.to_thread(service.registry.register, registration_from_form(parts))
     body = VoiceCreated(voice_id=entry.voice_id, created=created)
     return JSONResponse(body.model_dump(), status_code=201 if created else 200)
@@ -117,7 +134,7 @@ async def import_bundle(request: Request, service: ServiceDep) -> JSONResponse:
     to the id it claims."""
     limit = 2 * service.settings.max_upload_bytes + 64 * 1024
     with service.uploads.reservation() as held:
-        data = await read_body(request, limit, held)
+        data = await read_body(UploadBody(request), limit, held)
         registration = bundles.registration(data, service.settings.max_upload_bytes)
         entry, created = await asyncio.to_thread(service.registry.register, registration)
     body = VoiceCreated(voice_id=entry.voice_id, created=created)
