@@ -8,7 +8,6 @@ import json
 import signal
 import textwrap
 import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -20,21 +19,12 @@ import websockets
 from websockets.sync.client import connect as connect_websocket
 
 from tests.support.clips import wav_clip
+from tests.support.polling import wait_until
 from tests.support.servers import ROOT, ServerProcess
 
 LONG = " ".join(
     f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(6)
 )
-
-
-def poll(probe, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = probe()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_sigterm_drains_streams_under_way_then_exits_0(tmp_path: Path, assembled_model: Path) -> None:
@@ -56,7 +46,9 @@ def test_sigterm_drains_streams_under_way_then_exits_0(tmp_path: Path, assembled
                 assert server.proc is not None
                 server.proc.send_signal(signal.SIGTERM)
                 with httpx.Client(base_url=server.url, timeout=10) as other:
-                    ready = poll(lambda: (r := other.get("/ready")).status_code == 503 and r, 10, "/ready to say 503")
+                    ready = wait_until(
+                        lambda: r if (r := other.get("/ready")).status_code == 503 else None, 10, "/ready to say 503"
+                    )
                     assert ready.json()["status"] == "draining" and "retry-after" in ready.headers
                     refused = other.post("/tts", json={"text": "Too late.", "language": "en"})
                     assert refused.status_code == 503 and refused.json()["code"] == "draining"
@@ -226,11 +218,13 @@ def test_livestack_attach_with_a_stand_in_package(tmp_path: Path, assembled_mode
             probe = client.post("/livestack/probe").json()
             assert probe["gpu_thread"] == "polytts-gpu" and probe["in_flight"] == 0 and probe["managed"]
             assert pack in probe["inventory"]["voice"] and "jf_alpha" in probe["inventory"]["voice"]
-            poll(lambda: client.get("/health").json()["status"] == "ready", 60, "preload to warm the default engine")
+            wait_until(
+                lambda: client.get("/health").json()["status"] == "ready", 60, "preload to warm the default engine"
+            )
 
             busy = threading.Thread(target=lambda: httpx.post(server.url + "/tts", json={"text": LONG}, timeout=120))
             busy.start()
-            poll(lambda: client.post("/livestack/probe").json()["in_flight"] == 1, 30, "a synthesis in flight")
+            wait_until(lambda: client.post("/livestack/probe").json()["in_flight"] == 1, 30, "a synthesis in flight")
             busy.join()
     finally:
         server.stop()

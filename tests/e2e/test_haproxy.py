@@ -26,7 +26,8 @@ import httpx
 import pytest
 import websockets
 
-from tests.e2e.test_fleet import _pack_form, poll
+from tests.e2e.test_fleet import _pack_form
+from tests.support.polling import wait_until
 from tests.support.servers import ROOT, ServerProcess, free_port
 
 HAPROXY = shutil.which("haproxy")
@@ -78,7 +79,7 @@ class Balancer:
         assert HAPROXY is not None
         with open(self.log_path, "ab") as out:
             proc = self.proc = subprocess.Popen([HAPROXY, "-db", "-f", str(self.config)], stdout=out, stderr=out)
-        poll(lambda: proc.poll() is not None or self.admin_socket.exists(), 10, "HAProxy's runtime API")
+        wait_until(lambda: proc.poll() is not None or self.admin_socket.exists(), 10, "HAProxy's runtime API")
         assert proc.poll() is None, f"haproxy exited with {proc.returncode}:\n{self.log()}"
         return self
 
@@ -109,7 +110,7 @@ class Balancer:
         return int(self.servers()[server][field] or 0)
 
     def wait_status(self, server: str, status: str, timeout: float = 30) -> None:
-        poll(lambda: self.servers()[server]["status"] == status, timeout, f"HAProxy to see {server} {status}")
+        wait_until(lambda: self.servers()[server]["status"] == status, timeout, f"HAProxy to see {server} {status}")
 
 
 class Fleet:
@@ -141,7 +142,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> It
         for node in nodes.values():
             node.start(wait_ready=False)
         for name, node in nodes.items():
-            poll(lambda: httpx.get(node.url + "/ready").status_code == 200, 120, f"{name} to be ready")
+            wait_until(lambda: httpx.get(node.url + "/ready").status_code == 200, 120, f"{name} to be ready")
         balancer.start()
         for name in nodes:
             balancer.wait_status(name, "UP")
@@ -253,7 +254,7 @@ def test_live_http_answers_while_its_body_still_streams_in(fleet: Fleet) -> None
     try:
         curl.stdin.write(b'{"text": "The first phrase is complete."}\n')
         curl.stdin.flush()
-        poll(lambda: received, 60, "audio of the first phrase while the request body is still open")
+        wait_until(lambda: received, 60, "audio of the first phrase while the request body is still open")
         first = len(received)
         curl.stdin.write(b'{"text": "The second one ends it."}\n')
         curl.stdin.close()
@@ -281,7 +282,7 @@ def test_a_node_drained_under_load_loses_no_request(fleet: Fleet) -> None:
 
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
-    poll(lambda: received, 120, "the stream's first audio")
+    wait_until(lambda: received, 120, "the stream's first audio")
     open_requests = {name: row["scur"] for name, row in balancer.servers().items()}
     assert sorted(open_requests.values()) == ["0", "1"], f"the stream should be the only open request: {open_requests}"
     held = next(name for name, count in open_requests.items() if count == "1")
@@ -300,7 +301,9 @@ def test_a_node_drained_under_load_loses_no_request(fleet: Fleet) -> None:
         balancer.admin(f"disable health {BACKEND}/{held}")
         assert drained.proc is not None
         drained.proc.send_signal(signal.SIGTERM)
-        poll(lambda: httpx.get(drained.url + "/ready").status_code == 503, 10, "the drained node's /ready to say 503")
+        wait_until(
+            lambda: httpx.get(drained.url + "/ready").status_code == 503, 10, "the drained node's /ready to say 503"
+        )
 
         deadline = time.monotonic() + 120
         start = threading.Barrier(3)

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Page
 
 from engines.kokoro.blends import parse_blend
 from errors import InvalidInput
-from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_until
+from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_for_js
 from tests.support.servers import ServerProcess
 from web.routes.playground import PLAYGROUND_DIR
 
@@ -42,7 +42,7 @@ def page(browser: Browser, server: ServerProcess) -> Iterator[tuple[Page, Consol
     page = context.new_page()
     console = Console(page)
     page.goto(server.url + "/")
-    wait_until(page, LOADED, timeout=60)
+    wait_for_js(page, LOADED, timeout=60)
     yield page, console
     context.close()
 
@@ -57,7 +57,7 @@ def speak(page: Page, text: str) -> dict:
     spoken = page.evaluate(f"{STATE}.spoken")
     page.fill("#text", text)
     page.click("#speak")
-    wait_until(page, f"{STATE}.spoken > {spoken} || {STATE}.phase === 'error'", timeout=180)
+    wait_for_js(page, f"{STATE}.spoken > {spoken} || {STATE}.phase === 'error'", timeout=180)
     state = page.evaluate(f"({{...{STATE}, health: null, features: null, voices: null}})")
     assert state["phase"] == "done", state["lastError"]
     return state
@@ -155,7 +155,7 @@ def test_speak_plays_the_sentence_as_it_streams(page: tuple[Page, Console], serv
     assert tab.is_visible("#metrics") and tab.inner_text("#m-rtf") == f"{state['rtf']:.2f}"
 
     # The worklet plays it out (headless Chromium renders audio to a null sink in real time).
-    wait_until(tab, f"{STATE}.playback === 'drained'", timeout=60)
+    wait_for_js(tab, f"{STATE}.playback === 'drained'", timeout=60)
     assert tab.evaluate(f"{STATE}.samplesPlayed") >= expected
 
     with tab.expect_download() as download:
@@ -172,12 +172,12 @@ def test_phone_width_fits_and_keyboard_speaks(browser: Browser, server: ServerPr
     tab = context.new_page()
     console = Console(tab)
     tab.goto(server.url + "/ui/")
-    wait_until(tab, LOADED, timeout=60)
+    wait_for_js(tab, LOADED, timeout=60)
     tab.select_option("#voice", preferred_voice(tab))
     tab.fill("#text", SENTENCE)
     tab.focus("#text")
     tab.keyboard.press("Control+Enter")
-    wait_until(tab, f"{STATE}.spoken === 1 || {STATE}.phase === 'error'", timeout=180)
+    wait_for_js(tab, f"{STATE}.spoken === 1 || {STATE}.phase === 'error'", timeout=180)
     assert tab.evaluate(f"{STATE}.phase") == "done"
     assert tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     screenshot(tab, "playground-phone")
@@ -308,7 +308,7 @@ def test_upload_a_voice_pack_speak_with_it_then_delete_it(
     tab, console = page
     tab.set_input_files("#pack-file", str(voice_pack))
     tab.click("#pack-submit")
-    status = wait_until(tab, "document.getElementById('add-status').textContent.includes('It is selected')", 60)
+    status = wait_for_js(tab, "document.getElementById('add-status').textContent.includes('It is selected')", 60)
     assert status
     voice_id = tab.input_value("#voice")
     assert re.fullmatch(r"[0-9a-f]{16}", voice_id)
@@ -322,7 +322,7 @@ def test_upload_a_voice_pack_speak_with_it_then_delete_it(
 
     tab.once("dialog", lambda dialog: dialog.accept())
     tab.click("#delete-voice")
-    wait_until(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
+    wait_for_js(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
     assert httpx.get(f"{server.url}/voices/{voice_id}").status_code == 404
     assert f"Deleted voice {voice_id}" in tab.inner_text("#add-status")
     assert console.unexpected() == []
@@ -334,14 +334,14 @@ def test_record_a_clip_with_the_microphone_and_register_it(page: tuple[Page, Con
     if "voxcpm" not in engines:
         pytest.skip(f"no engine on this server clones from a clip (offered: {engines})")
     tab.click("#record")
-    wait_until(tab, "document.getElementById('record').getAttribute('aria-pressed') === 'true'", timeout=30)
+    wait_for_js(tab, "document.getElementById('record').getAttribute('aria-pressed') === 'true'", timeout=30)
     tab.wait_for_timeout(1500)  # the clip's length (Chromium's fake microphone beeps), not a wait for state
     tab.click("#record")
-    wait_until(tab, "!document.getElementById('clip-preview').hidden", timeout=30)
+    wait_for_js(tab, "!document.getElementById('clip-preview').hidden", timeout=30)
     tab.fill("#clip-transcript", "A beep from the fake microphone.")
     tab.select_option("#clip-engine", "voxcpm")
     tab.click("#clip-submit")
-    wait_until(tab, "document.getElementById('add-status').textContent.includes('It is selected')", timeout=60)
+    wait_for_js(tab, "document.getElementById('add-status').textContent.includes('It is selected')", timeout=60)
 
     voice_id = tab.input_value("#voice")
     stored = httpx.get(f"{server.url}/voices/{voice_id}").json()
@@ -352,7 +352,7 @@ def test_record_a_clip_with_the_microphone_and_register_it(page: tuple[Page, Con
 
     tab.once("dialog", lambda dialog: dialog.accept())
     tab.click("#delete-voice")
-    wait_until(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
+    wait_for_js(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
     assert console.unexpected() == []
 
 
@@ -368,14 +368,14 @@ def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(
         # GET /engines is the page's first request that needs a key (its parameter schemas; /health is public).
         tab.on("request", lambda r: sent.append(r.headers.get("authorization")) if r.url.endswith("/engines") else None)
         tab.goto(keyed.url + "/ui/")
-        wait_until(tab, "document.getElementById('key-dialog').open", timeout=60)
+        wait_for_js(tab, "document.getElementById('key-dialog').open", timeout=60)
         tab.fill("#key-input", "wrong")
         tab.click("#key-form button[value=save]")
-        wait_until(tab, "document.getElementById('key-reason').textContent === 'That key was not accepted.'", 30)
-        wait_until(tab, "document.getElementById('key-dialog').open", timeout=30)
+        wait_for_js(tab, "document.getElementById('key-reason').textContent === 'That key was not accepted.'", 30)
+        wait_for_js(tab, "document.getElementById('key-dialog').open", timeout=30)
         tab.fill("#key-input", "s3cret-key")
         tab.keyboard.press("Enter")
-        wait_until(tab, LOADED, timeout=60)
+        wait_for_js(tab, LOADED, timeout=60)
 
         assert sent == [None, "Bearer wrong", "Bearer s3cret-key"]
         assert tab.evaluate("sessionStorage.getItem('polytts.apiKey')") == "s3cret-key"
@@ -390,7 +390,7 @@ def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(
 
 def test_health_strip_shows_engines_and_queue(page: tuple[Page, Console]) -> None:
     tab, console = page
-    wait_until(tab, "document.getElementById('status-summary').dataset.state === 'ready'", timeout=30)
+    wait_for_js(tab, "document.getElementById('status-summary').dataset.state === 'ready'", timeout=30)
     assert tab.inner_text("#status-summary") == "Ready: kokoro on cpu"
     assert "kokoro: ready (onnx, cpu), resident" in tab.locator("#engines li").all_inner_texts()
     assert re.fullmatch(r"Queue: \d+ running, \d+ waiting \(\d+ characters\)", tab.inner_text("#queue"))
@@ -404,7 +404,7 @@ def test_a_failed_engine_is_shown_with_its_reason(browser: Browser, tmp_path: Pa
         tab = context.new_page()
         console = Console(tab)
         tab.goto(broken.url + "/ui/")
-        wait_until(tab, "document.getElementById('status-summary').dataset.state === 'failed'", timeout=60)
+        wait_for_js(tab, "document.getElementById('status-summary').dataset.state === 'failed'", timeout=60)
         reason = httpx.get(broken.url + "/health").json()["engines"]["kokoro"]["reason"]
         assert reason
         assert tab.inner_text("#status-summary").startswith("Failed: ")

@@ -17,14 +17,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.polling import wait_until
 from tests.support.servers import ROOT, free_port
-
-T = TypeVar("T")
 
 FIRST_HEALTH_S = 120.0  # a fresh venv makes run.sh's first run pip install (quick when all is satisfied)
 STOP_S = 5.0  # "promptly": run.sh and the server stop within this after SIGTERM
@@ -48,20 +47,14 @@ def _env(tmp: Path, port: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def _wait_for(probe: Callable[[], T | None], timeout: float, what: str, log: Path | None = None) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        time.sleep(0.05)
-    detail = f"\n--- log ---\n{log.read_text(errors='replace')}" if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+def _log(path: Path) -> Callable[[], str]:
+    """The log at `path`, for a failure message."""
+    return lambda: f"--- log ---\n{path.read_text(errors='replace')}" if path.exists() else ""
 
 
 def _health(port: int) -> dict[str, Any] | None:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()  # type: ignore[no-any-return]
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
     except httpx.TransportError:
         return None
 
@@ -144,13 +137,13 @@ class RunSh:
             body = _health(self.port)
             return body if body is not None and body["pid"] != other_than else None
 
-        body = _wait_for(probe, timeout, f"/health on port {self.port}", self.err_path)
+        body = wait_until(probe, timeout, f"/health on port {self.port}", detail=_log(self.err_path))
         self.server_pids.add(body["pid"])
         return body
 
     def wait_stderr(self, text: str, timeout: float = FIRST_HEALTH_S) -> float:
         """Wait until stderr contains `text`; returns the monotonic time it was first seen."""
-        _wait_for(lambda: text in self.stderr(), timeout, f"{text!r} in run.sh's stderr", self.err_path)
+        wait_until(lambda: text in self.stderr(), timeout, f"{text!r} in run.sh's stderr", detail=_log(self.err_path))
         return time.monotonic()
 
     def wait(self, timeout: float) -> int:
@@ -259,7 +252,7 @@ def test_sigterm_after_health_exits_0(tmp_path: Path, warm: bool) -> None:
             # warmed: wait until the default engine is loaded, so the stop also unloads a real model
             return body if body is not None and (not warm or body["status"] != "warming") else None
 
-        body = _wait_for(answered, 60, "/health", err)
+        body = wait_until(answered, 60, "/health", detail=_log(err))
         assert body["pid"] == proc.pid
         proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
@@ -293,7 +286,7 @@ def test_run_sh_restarts_with_doubling_backoff_and_stops_on_sigterm_while_sleepi
         assert "run.sh: stopped" in stderr
         assert stopped_in < 2, f"run.sh took {stopped_in:.1f}s to stop"
         # the backoff `sleep 2` must go with run.sh, not linger on as an orphan until it runs out
-        _wait_for(lambda: not _group(runner.pid), 1.0, "run.sh's process group (backoff sleep) to be gone")
+        wait_until(lambda: not _group(runner.pid), 1.0, "run.sh's process group (backoff sleep) to be gone")
 
 
 def test_run_sh_restarts_a_killed_server_and_stops_after_its_clean_exit(tmp_path: Path) -> None:
@@ -312,7 +305,7 @@ def test_run_sh_restarts_a_killed_server_and_stops_after_its_clean_exit(tmp_path
         assert runner.wait(20) == 0, runner.stderr()
         assert "run.sh: server exited cleanly" in runner.stderr()
         assert "restarting" not in runner.stderr().split("status 137; restarting in 1s", 1)[1]
-        _wait_for(lambda: not _alive(second), STOP_S, "the server to be gone")
+        wait_until(lambda: not _alive(second), STOP_S, "the server to be gone")
         assert _health(port) is None
 
 
@@ -323,13 +316,13 @@ def test_signal_to_run_sh_stops_server_and_run_sh(tmp_path: Path, sig: signal.Si
         server = runner.health()["pid"]
         runner.proc.send_signal(sig)  # type: ignore[union-attr]
         assert runner.wait(20) == 0, runner.stderr()
-        _wait_for(lambda: not _alive(server), STOP_S, "the server to be gone", runner.err_path)
+        wait_until(lambda: not _alive(server), STOP_S, "the server to be gone", detail=_log(runner.err_path))
         stderr = runner.stderr()
         assert "run.sh: stopped" in stderr
         assert "restarting" not in stderr
         assert "Finished server process" in stderr  # a graceful uvicorn shutdown, not a kill
         assert _health(port) is None
-        _wait_for(lambda: not _group(runner.pid), STOP_S, "run.sh's process group to be gone")
+        wait_until(lambda: not _group(runner.pid), STOP_S, "run.sh's process group to be gone")
 
 
 def test_run_sh_with_an_invalid_setting_says_only_that(tmp_path: Path) -> None:

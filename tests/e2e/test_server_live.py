@@ -17,6 +17,7 @@ import httpx
 import pytest
 import websockets
 
+from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
 PARAGRAPH = (
@@ -42,17 +43,8 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-def poll(probe, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := probe():
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def running(node: ServerProcess) -> int:
-    return httpx.get(node.url + "/health", headers=AUTH).json()["inflight"]["running"]  # type: ignore[no-any-return]
+    return httpx.get(node.url + "/health", headers=AUTH).json()["inflight"]["running"]
 
 
 async def test_httpx_streams_text_word_by_word(node: ServerProcess) -> None:
@@ -65,12 +57,9 @@ async def test_httpx_streams_text_word_by_word(node: ServerProcess) -> None:
         nonlocal spoken_before_last_word
         for index, word in enumerate(WORDS):
             if index == len(WORDS) - 1:
-                async with httpx.AsyncClient(base_url=node.url, headers=AUTH) as probe:
-                    deadline = time.monotonic() + 60
-                    while not spoken_before_last_word and time.monotonic() < deadline:
-                        stats = (await probe.get("/health")).json()["inflight"]
-                        spoken_before_last_word = stats["running"] > 0
-                        await asyncio.sleep(0.05)
+                spoken_before_last_word = await asyncio.to_thread(
+                    wait_until, lambda: running(node) > 0, 60, "the first phrase to be spoken before the last word"
+                )
             yield (json.dumps({"text": word + " "}) + "\n").encode()
             await asyncio.sleep(0.03)
 
@@ -192,7 +181,7 @@ def test_a_disconnect_mid_way_frees_the_gpu_thread(node: ServerProcess) -> None:
             audio = response.iter_raw()  # held: a dropped iterator closes the connection at once
             next(audio)
             assert running(node) == 1
-    poll(lambda: running(node) == 0, 60, "the abandoned live request to leave the GPU thread")
+    wait_until(lambda: running(node) == 0, 60, "the abandoned live request to leave the GPU thread")
     assert "tts/live outcome=cancelled" in node.log()
 
 

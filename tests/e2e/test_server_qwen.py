@@ -16,7 +16,7 @@ import soundfile as sf
 from tests.e2e.test_server_mlx import CLIP
 from tests.support.clips import joined_samples, wav_clip
 from tests.support.servers import ServerProcess
-from voicebank.registry import compute_voice_id
+from voicebank.ids import compute_voice_id
 
 FRAMES = 11  # POLYTTS_QWEN_MAX_TOKENS 12: the random model never stops, the first step only prefills
 GENERATION = FRAMES * 1920  # samples at 24 kHz

@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 from tests.support.clips import joined_samples, wav_clip
+from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
 MAX_LEN = 16  # patches per generation (the random model never stops early): 16 x 7680 samples
@@ -173,9 +174,7 @@ def test_idle_timer_unloads_voxcpm(tmp_path: Path, tiny_voxcpm: Path, assembled_
         with server.client() as client:
             voice = register(client, wav_clip(1.0, 700), ref_text="idle voice")
             assert client.post("/tts", json={"text": "Load it.", "voice_id": voice}).status_code == 200
-            deadline = time.monotonic() + 20
-            while client.get("/health").json()["resident"] and time.monotonic() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: not client.get("/health").json()["resident"], 20, "the idle engine to be unloaded")
             health = client.get("/health").json()
             assert health["resident"] == [] and health["manager"]["units"]["voxcpm"]["evictions"] == 1
             assert health["engines"]["voxcpm"]["memory"] == {"weights_bytes": 0}

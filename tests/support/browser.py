@@ -1,4 +1,5 @@
-"""Browser tests' plumbing: Debian's Chromium driven by Playwright (no browser download), console watching, polling.
+"""Browser tests' plumbing: Debian's Chromium driven by Playwright (no browser download), console watching, waiting
+for the page.
 
 The tests skip, saying how to install it, where /usr/bin/chromium is absent (`apt-get install -y chromium`; CI's
 .ci/run does it).
@@ -6,19 +7,20 @@ The tests skip, saying how to install it, where /usr/bin/chromium is absent (`ap
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, sync_playwright
+
+from tests.support.polling import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-LAPTOP = {"width": 1366, "height": 800}
-PHONE = {"width": 390, "height": 844}
+LAPTOP: ViewportSize = {"width": 1366, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -68,17 +70,10 @@ class Console:
         return [e for e in self.errors if not any(fragment in e for fragment in allowed)]
 
 
-def wait_until(page: Page, expression: str, timeout: float = 120.0) -> Any:
-    """Poll a JavaScript expression until it is truthy (through evaluate: the page's CSP forbids the eval that
-    Playwright's wait_for_function uses)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = page.evaluate(expression)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not true after {timeout}s: {expression}")
-        time.sleep(0.05)
+def wait_for_js(page: Page, expression: str, timeout: float = 120.0) -> Any:
+    """Poll a JavaScript expression until it is truthy, and return its value (through evaluate: the page's CSP
+    forbids the eval that Playwright's wait_for_function uses)."""
+    return wait_until(lambda: page.evaluate(expression), timeout, f"`{expression}` in the page")
 
 
 def screenshot(page: Page, name: str) -> Path:

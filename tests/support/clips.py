@@ -1,4 +1,5 @@
-"""Real audio for tests: decodable clips, and the length the seam joiner gives a response."""
+"""Real audio for tests: decodable clips, checks that a response is speech, and the length the seam joiner gives a
+response."""
 
 from __future__ import annotations
 
@@ -19,6 +20,22 @@ def wav_clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16_000, fmt:
     buffer = io.BytesIO()
     sf.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype="PCM_16")
     return buffer.getvalue()
+
+
+def decode_wav(body: bytes) -> tuple[np.ndarray, int]:
+    samples, rate = sf.read(io.BytesIO(body), dtype="float32")
+    return samples, rate
+
+
+def assert_speech_like(samples: np.ndarray, rate: int) -> None:
+    """Not silence, not clipped, and shaped like speech: loud and quiet 20 ms frames alternate."""
+    assert np.sqrt(np.mean(samples**2)) > 0.01, "silence"
+    assert np.mean(np.abs(samples) > 0.999) < 0.001, "clipped"
+    frames = samples[: len(samples) // (rate // 50) * (rate // 50)].reshape(-1, rate // 50)
+    energy = np.sqrt(np.mean(frames**2, axis=1))
+    assert energy.std() / energy.mean() > 0.5, "flat energy: not speech-like"
+    crossings = np.mean(np.abs(np.diff(np.signbit(samples).astype(np.int8))))
+    assert 0.01 < crossings < 0.5, f"zero-crossing rate {crossings} is not speech-like"
 
 
 def joined_samples(generations: int, samples: int, rate: int, pause: Pause = "sentence") -> int:

@@ -7,12 +7,27 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
+from tests.support.polling import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def service_env(tmp: Path, **env: str) -> dict[str, str]:
+    """The POLYTTS_* variables of a test's service: its voices and cache under `tmp`, the assembled Kokoro ONNX
+    model, and `env` over them."""
+    return {
+        "POLYTTS_VOICES_DIR": str(tmp / "voices"),
+        "POLYTTS_CACHE_DIR": str(tmp / "cache"),
+        "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
+        # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
+        "POLYTTS_QWEN_MODEL": "",
+        **env,
+    }
 
 
 def free_port() -> int:
@@ -33,13 +48,8 @@ class ServerProcess:
             **os.environ,
             "POLYTTS_PORT": str(self.port),
             "POLYTTS_HOST": "127.0.0.1",
-            "POLYTTS_VOICES_DIR": str(tmp / "voices"),
-            "POLYTTS_CACHE_DIR": str(tmp / "cache"),
-            "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
-            # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
-            "POLYTTS_QWEN_MODEL": "",
             "PYTHONUNBUFFERED": "1",
-            **env,
+            **service_env(tmp, **env),
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}"
@@ -47,18 +57,24 @@ class ServerProcess:
     def start(self, wait_ready: bool = True, timeout: float = 60.0) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                status = httpx.get(self.url + "/health", timeout=2).json()["status"]
-                if not wait_ready or status != "warming":
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log()}")
+        wait_until(self._answers if wait_ready else self._listens, timeout, "the server to be ready", detail=self.log)
+        return self
+
+    def _status(self) -> str | None:
+        """/health's status, or None while nothing listens; raises once the process has exited."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return str(httpx.get(self.url + "/health", timeout=2).json()["status"])
+        except httpx.TransportError:
+            return None
+
+    def _listens(self) -> bool:
+        return self._status() is not None
+
+    def _answers(self) -> bool:
+        return self._status() not in (None, "warming")
 
     def client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
@@ -76,3 +92,14 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+class Logged(Protocol):
+    """A service whose log a test reads: a server process, or an app in the test's process."""
+
+    def log(self) -> str: ...
+
+
+def no_tracebacks(service: Logged) -> None:
+    """No error was logged with a stack: clients' mistakes get an answer and a line, not a traceback."""
+    assert "Traceback" not in service.log(), service.log()[-4000:]

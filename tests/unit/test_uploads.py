@@ -7,7 +7,6 @@ import asyncio
 import logging
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,6 +15,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
+from tests.support.polling import wait_until
 from tests.support.servers import free_port
 from voicebank.uploads import MAX_FILENAME_CHARS, UploadBudget, read_form
 from web.http_errors import install_error_handlers
@@ -51,10 +51,7 @@ class FormApp:
 
     def __enter__(self) -> FormApp:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the test app did not start"
-            time.sleep(0.01)
+        wait_until(lambda: self.server.started, 30, "the test app to start", interval=0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -63,10 +60,13 @@ class FormApp:
         self.thread.join(30)
 
     def wait_held(self, size: int) -> None:
-        deadline = time.monotonic() + 30
-        while self.budget.held < size:
-            assert time.monotonic() < deadline, f"held {self.budget.held} bytes, expected {size}"
-            time.sleep(0.01)
+        wait_until(
+            lambda: self.budget.held >= size,
+            30,
+            f"{size} bytes held",
+            interval=0.01,
+            detail=lambda: f"held {self.budget.held} bytes",
+        )
 
 
 @pytest.fixture
@@ -215,7 +215,10 @@ def test_the_budget_comes_back_however_an_upload_ends(app: FormApp, no_traceback
             + upload(FILE_LIMIT // 2)[: FILE_LIMIT // 2]
         )
         app.wait_held(FILE_LIMIT)
-    deadline = time.monotonic() + 30
-    while app.budget.held:
-        assert time.monotonic() < deadline, f"{app.budget.held} bytes still held after the client left"
-        time.sleep(0.01)
+    wait_until(
+        lambda: not app.budget.held,
+        30,
+        "the budget to come back after the client left",
+        interval=0.01,
+        detail=lambda: f"{app.budget.held} bytes still held",
+    )

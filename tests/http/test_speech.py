@@ -1,0 +1,170 @@
+"""The speech routes in this process, on the embedded Kokoro ONNX default: what `/tts` and `/tts/stream` answer
+(audio and its headers, cache hits, word timings and captions), every client error decided before the first byte,
+and the operations routes a client sees beside them (health, readiness, unloading)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support.apps import InProcessApp
+from tests.support.clips import assert_speech_like, decode_wav, wav_clip
+from tests.support.voices import clone_form
+
+SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+def test_tts_returns_speech_whose_duration_fits_the_text(client: TestClient) -> None:
+    response = client.post("/tts", json={"text": SENTENCE, "language": "en"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/wav"
+    assert response.headers["x-engine"] == "kokoro" and response.headers["x-sample-rate"] == "24000"
+    samples, rate = decode_wav(response.content)
+    assert rate == 24_000
+    seconds = len(samples) / rate
+    assert 0.04 * len(SENTENCE) < seconds < 0.2 * len(SENTENCE), seconds
+    assert_speech_like(samples, rate)
+
+
+def test_repeat_is_a_cache_hit(client: TestClient) -> None:
+    body = {"text": "Caching makes a repeat instant.", "language": "English", "speed": 1.1}
+    first = client.post("/tts", json=body)
+    second = client.post("/tts", json=body)
+    assert first.headers["x-cache"] == "miss" and second.headers["x-cache"] == "hit"
+    assert first.content == second.content
+    streamed = client.post("/tts/stream", json=body)
+    assert streamed.headers["x-cache"] == "hit"
+    assert streamed.content == first.content[44:]
+    other_speed = client.post("/tts", json={**body, "speed": 1.2})
+    assert other_speed.headers["x-cache"] == "miss"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"text": "hi", "voice_id": "0123456789abcdef"}, 404, "voice_not_found"),
+        ({"text": "hi", "voice_id": "no_such_voice"}, 404, "voice_not_found"),
+        ({"text": "hi", "speed": 5}, 422, "invalid_input"),
+        ({"text": "hi", "unknown_field": 1}, 422, "invalid_input"),
+        ({"voice_id": "jf_alpha"}, 422, "invalid_input"),
+        ({"text": "   "}, 422, "empty_text"),
+        ({"text": "hi", "language": "klingon"}, 422, "unsupported_language"),
+        ({"text": "こんにちは", "language": "ja"}, 422, "language_not_installed"),
+        ({"text": "x" * 5001}, 413, "text_too_long"),
+    ],
+)
+@pytest.mark.parametrize("route", ["/tts", "/tts/stream"])
+def test_client_errors_are_decided_before_the_first_byte(
+    client: TestClient, route: str, body: dict, status: int, code: str
+) -> None:
+    response = client.post(route, json=body)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["code"] == code
+    if code == "language_not_installed":
+        assert "pyopenjtalk-plus" in response.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code", "says"),
+    [
+        (b'{"text": "lone \\ud800 surrogate"}', 422, "invalid_text", "surrogate"),
+        ('{"text": "\u200b\u200c\u200d\u2060\ufeff"}'.encode(), 422, "empty_text", "nothing to speak"),
+        (b"this is not json", 422, "invalid_input", "not valid JSON"),
+        (b'{"text": "hi", "max_chars_per_gen": 1}', 422, "invalid_input", "at least"),
+    ],
+    ids=["surrogate", "zero-width", "not-json", "tiny-cap"],
+)
+def test_hostile_bodies_get_clear_client_errors(
+    client: TestClient, content: bytes, status: int, code: str, says: str
+) -> None:
+    response = client.post("/tts", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert response.json()["code"] == code and says in response.json()["message"]
+    assert '"8"' not in response.text  # a JSON error position is not presented as a field
+
+
+def test_a_huge_voice_name_is_not_echoed_back(client: TestClient) -> None:
+    name = "v" * 1_000_000
+    response = client.post("/tts", json={"text": "hi", "voice_id": name})
+    assert response.status_code == 404 and response.json()["code"] == "voice_not_found"
+    assert len(response.text) < 1000
+
+
+def test_refused_requests_are_logged_and_counted(client: TestClient, app: InProcessApp) -> None:
+    assert client.post("/tts", json={"text": "hi", "voice_id": "no_such_voice_here"}).status_code == 404
+    assert client.post("/tts/stream", content=b"{", headers={"content-type": "application/json"}).status_code == 422
+    metrics = client.get("/metrics").text
+    assert 'polytts_requests_total{engine="none",outcome="voice_not_found",route="tts"} ' in metrics
+    assert 'polytts_requests_total{engine="none",outcome="invalid_input",route="tts/stream"} ' in metrics
+    log = app.log()
+    assert "tts outcome=voice_not_found engine=-" in log and "tts/stream outcome=invalid_input" in log
+
+
+def test_voice_of_an_engine_this_node_lacks_is_a_422(client: TestClient) -> None:
+    voice_id = client.post("/voices", **clone_form(wav_clip(1.1, 600))).json()["voice_id"]
+    for route in ("/tts", "/tts/stream"):
+        response = client.post(route, json={"text": "hello", "voice_id": voice_id})
+        assert response.status_code == 422 and response.json()["code"] == "engine_unavailable"
+        assert "qwen" in response.json()["message"]
+
+
+def test_health_ready_and_unload(client: TestClient) -> None:
+    health = client.get("/health").json()
+    assert health["status"] == "ready"
+    assert health["device"] == "cpu"
+    assert health["engines"]["kokoro"]["backend"] == "onnx"
+    assert health["limits"]["max_upload_bytes"] == 12_582_912
+    assert "jf_alpha" in health["voices"]["builtin"]
+    assert set(health["caches"]) == {"wav", "pcm"}
+    assert {"running", "waiting"} <= set(health["inflight"])
+    assert client.get("/ready").status_code == 200
+
+    client.post("/tts", json={"text": "Load me.", "language": "en"})
+    assert [r["engine"] for r in client.get("/health").json()["resident"]] == ["kokoro"]
+    assert client.post("/model/unload").json() == {"unloaded": ["kokoro"]}
+    health = client.get("/health").json()
+    assert health["resident"] == [] and health["status"] == "ready"
+    # The next request loads it again on demand.
+    assert client.post("/tts", json={"text": "And back again.", "language": "en"}).status_code == 200
+    assert [r["engine"] for r in client.get("/health").json()["resident"]] == ["kokoro"]
+    assert client.post("/model/unload", params={"engine": "nope"}).status_code == 422
+
+
+# --- word timings ---------------------------------------------------------------------------------------------
+
+
+def test_tts_with_timestamps_returns_audio_and_every_word(client: TestClient) -> None:
+    text = "Dr. Smith paid $3.50 for two coffees, then left."
+    answer = client.post("/tts", json={"text": text, "timestamps": True, "format": "wav"})
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    body = answer.json()
+    samples, rate = decode_wav(base64.b64decode(body["audio"]))
+    assert body["format"] == "wav" and body["sample_rate"] == rate == 24_000
+    words = body["words"]
+    assert [w["word"] for w in words] == text.split()
+    assert all(0 <= w["start"] < w["end"] <= len(samples) / rate + 1e-3 for w in words)
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "media", "first_line"), [("vtt", "text/vtt", "WEBVTT"), ("srt", "application/x-subrip", "1")]
+)
+def test_tts_captions(client: TestClient, fmt: str, media: str, first_line: str) -> None:
+    answer = client.post("/tts", json={"text": "Captions follow the words. They come in cues.", "format": fmt})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith(media)
+    assert answer.text.splitlines()[0] == first_line and "-->" in answer.text and "Captions" in answer.text
+
+
+def test_timestamps_where_no_engine_can_time_words(client: TestClient) -> None:
+    refused = client.post("/tts/stream", json={"text": "hi", "timestamps": True})
+    assert refused.status_code == 422 and refused.json()["code"] == "timestamps_unsupported"
+    voice = client.post(
+        "/voices",
+        files={"audio": ("r.wav", wav_clip(1.3, 410), "audio/wav")},
+        data={"engine": "voxcpm", "ref_text": "a reference"},
+    ).json()["voice_id"]
+    answer = client.post("/tts", json={"text": "hi", "voice_id": voice, "timestamps": True})
+    assert answer.status_code == 422 and answer.json()["code"] == "timestamps_unsupported"
