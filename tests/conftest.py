@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
-from tests.support.clips import joined_samples, wav_clip
-from tests.support.servers import ROOT, ServerProcess, free_port
+from tests.support.servers import ROOT, ServerProcess
 from tests.support.tiny_kokoro import TINY_KOKORO_VOICES
 
 

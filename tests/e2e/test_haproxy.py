@@ -9,6 +9,7 @@ lines, the runtime API's socket and the stats page).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -247,9 +249,13 @@ def test_live_http_answers_while_its_body_still_streams_in(fleet: Fleet) -> None
     )
     assert curl.stdin is not None and curl.stdout is not None
     received = bytearray()
-    reader = threading.Thread(
-        target=lambda: [received.extend(chunk) for chunk in iter(curl.stdout.read1, b"")], daemon=True
-    )
+    stdout = cast(io.BufferedReader, curl.stdout)  # Popen's pipes are buffered readers
+
+    def read() -> None:
+        for chunk in iter(stdout.read1, b""):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         curl.stdin.write(b'{"text": "The first phrase is complete."}\n')

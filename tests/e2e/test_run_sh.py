@@ -197,11 +197,12 @@ def _server(tmp: Path, port: int, **env: str) -> tuple[subprocess.Popen[bytes], 
     return proc, err
 
 
-def _run_server(tmp: Path, port: int, timeout: float = 30.0, **env: str) -> tuple[int, str, float]:
+def _run_server(tmp: Path, port: int, **env: str) -> tuple[int, str, float]:
+    """Run `python server.py` until it exits (30 s at most): its exit status, its output, how long it ran."""
     proc, err = _server(tmp, port, **env)
     started = time.monotonic()
     try:
-        code = proc.wait(timeout)
+        code = proc.wait(30.0)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -118,7 +118,7 @@ def test_pack_refusals_over_http(torch_server: ServerProcess, tmp_path: Path) ->
     marker = tmp_path / "pwned"
 
     class Payload:
-        def __reduce__(self):  # type: ignore[no-untyped-def]
+        def __reduce__(self) -> tuple[object, tuple[str, str]]:
             return (open, (str(marker), "w"))
 
     import torch

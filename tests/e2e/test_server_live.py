@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -91,8 +93,8 @@ def test_curl_from_a_pipe_gets_audio_before_the_last_word(node: ServerProcess) -
     received = bytearray()
 
     def read() -> None:
-        assert curl.stdout is not None
-        while chunk := curl.stdout.read1(65_536):
+        stdout = cast(io.BufferedReader, curl.stdout)  # Popen's pipes are buffered readers
+        while chunk := stdout.read1(65_536):
             arrivals.append(time.monotonic())
             received.extend(chunk)
 

@@ -43,7 +43,7 @@ def client(node: ServerProcess) -> openai.OpenAI:
 
 def decoded_seconds(data: bytes) -> float:
     """The duration of encoded audio, decoded with PyAV (FFmpeg)."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         samples = rate = 0
         for frame in container.decode(audio=0):
             samples += frame.samples

@@ -38,15 +38,17 @@ import importlib.resources
 import json
 import pathlib
 import re
+from typing import Any
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
+
+from tests.support.mlx_trees import flat
 
 SEED = 1234
 VOICES = ("af_tiny", "am_tiny", "bf_tiny")
 PACK_SHAPE = (510, 1, 256)
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "model_type": "kokoro",
     "n_token": 178,
     "hidden_dim": 512,  # the decoder's asr_res and upsampling hard-code 512 channels
@@ -126,7 +128,7 @@ def build_tiny_mlx_kokoro(folder: pathlib.Path, vocab: dict[str, int] | None = N
     mx.random.seed(SEED)
     model = Model(ModelConfig.from_dict(config))
     params = {}
-    for key, value in tree_flatten(model.parameters()):
+    for key, value in flat(model.parameters()):
         if key.endswith(".weight_v"):  # mlx inits these to ones; give each output channel a random direction
             value = mx.random.normal(value.shape)
         params[key] = value.astype(mx.float32)

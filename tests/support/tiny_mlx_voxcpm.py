@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any, cast
 
+from tests.support.mlx_trees import flat
 from tests.support.tiny_tokenizer import write_tokenizer
 
 SEED = 1234
 
-LM_CONFIG = {
+LM_CONFIG: dict[str, Any] = {
     "bos_token_id": 1,
     "eos_token_id": 2,
     "hidden_size": 64,
@@ -64,7 +66,7 @@ LM_CONFIG = {
     "scale_depth": 1.4,
 }
 
-AUDIO_VAE_CONFIG = {
+AUDIO_VAE_CONFIG: dict[str, Any] = {
     "encoder_dim": 8,
     "encoder_rates": [2, 5, 8, 8],  # 640 samples per latent frame at 16 kHz, as in VoxCPM2
     "latent_dim": 16,
@@ -80,7 +82,7 @@ AUDIO_VAE_CONFIG = {
     "cond_out_layer": False,
 }
 
-MODEL_CONFIG = {
+MODEL_CONFIG: dict[str, Any] = {
     "architecture": "voxcpm2",  # no "model_type": transformers' AutoTokenizer would warn about an unknown type
     "lm_config": LM_CONFIG,
     "patch_size": 4,
@@ -109,7 +111,6 @@ SAMPLES_PER_PATCH = MODEL_CONFIG["patch_size"] * 8 * 6 * 5 * 2 * 2 * 2  # 7680
 def build_tiny_mlx_voxcpm(folder: pathlib.Path) -> pathlib.Path:
     """Write a tiny random mlx-audio VoxCPM2 checkpoint into `folder` (created if needed) and return it."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_audio.tts.models.voxcpm2 import Model, ModelArgs
 
     folder = pathlib.Path(folder)
@@ -121,7 +122,7 @@ def build_tiny_mlx_voxcpm(folder: pathlib.Path) -> pathlib.Path:
 
     # Seeded weights. MLX cannot restore its global key, so afterwards the global stream is reseeded from a draw
     # taken before the build: the caller's stream stays a function of its own earlier seed.
-    resume_seed = mx.random.randint(0, 2**31 - 1, ()).item()
+    resume_seed = cast(int, mx.random.randint(0, 2**31 - 1, ()).item())  # an int array's item is an int
     mx.random.seed(SEED)
     try:
         model = Model(ModelArgs.from_dict(config))
@@ -129,7 +130,7 @@ def build_tiny_mlx_voxcpm(folder: pathlib.Path) -> pathlib.Path:
         mx.random.seed(resume_seed)
     model.stop_head.weight = mx.zeros_like(model.stop_head.weight)  # stop logits tie: length is max_tokens exactly
 
-    weights = dict(tree_flatten(model.parameters()))
+    weights = dict(flat(model.parameters()))
     mx.eval(weights)
     mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
     return folder
@@ -138,14 +139,13 @@ def build_tiny_mlx_voxcpm(folder: pathlib.Path) -> pathlib.Path:
 def check_tiny_mlx_voxcpm_keys(folder: pathlib.Path) -> None:
     """Assert the saved keys survive `Model.sanitize` unchanged and match the model's parameters exactly."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_audio.tts.models.voxcpm2 import Model, ModelArgs
 
     config = json.loads((pathlib.Path(folder) / "config.json").read_text(encoding="utf-8"))
     model = Model(ModelArgs.from_dict(config))
-    saved = mx.load(str(pathlib.Path(folder) / "model.safetensors"))
+    saved = cast(dict[str, Any], mx.load(str(pathlib.Path(folder) / "model.safetensors")))  # one file: a dict
     sanitized = model.sanitize(dict(saved))
-    expected = {k: v.shape for k, v in tree_flatten(model.parameters())}
+    expected = {k: v.shape for k, v in flat(model.parameters())}
     assert set(sanitized) == set(saved), sorted(set(sanitized) ^ set(saved))
     assert set(sanitized) == set(expected), sorted(set(sanitized) ^ set(expected))
     assert all(sanitized[k].shape == expected[k] for k in expected)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -23,7 +24,7 @@ from tests.support.tiny_tokenizer import write_tokenizer
 
 SEED = 1234
 
-LM_CONFIG = {
+LM_CONFIG: dict[str, Any] = {
     "bos_token_id": 1,
     "eos_token_id": 2,
     "hidden_size": 64,
@@ -47,7 +48,7 @@ LM_CONFIG = {
     "rope_theta": 10000.0,
 }
 
-AUDIO_VAE_CONFIG = {
+AUDIO_VAE_CONFIG: dict[str, Any] = {
     "encoder_dim": 8,
     "encoder_rates": [2, 5, 8, 8],  # 640 samples per latent frame at 16 kHz, as in VoxCPM2
     "latent_dim": 16,
@@ -63,7 +64,7 @@ AUDIO_VAE_CONFIG = {
     "cond_out_layer": False,
 }
 
-MODEL_CONFIG = {
+MODEL_CONFIG: dict[str, Any] = {
     "architecture": "voxcpm2",
     "lm_config": LM_CONFIG,
     "patch_size": 4,

@@ -70,7 +70,7 @@ def decode(data: bytes, fmt: AudioFormat, rate: int) -> tuple[np.ndarray, int]:
     parts: list[np.ndarray] = []
     decoded_rate = rate
     try:
-        with av.open(io.BytesIO(data), format=DEMUXERS[fmt]) as container:
+        with av.open(io.BytesIO(data), mode="r", format=DEMUXERS[fmt]) as container:
             for frame in container.decode(audio=0):
                 decoded_rate = frame.sample_rate
                 parts.extend(f.to_ndarray().reshape(-1) for f in to_s16.resample(frame))
@@ -233,7 +233,8 @@ def test_a_streamed_wav_header_is_the_one_ffmpeg_writes_to_a_pipe() -> None:
 
     pipe = Pipe()
     with av.open(pipe, mode="w", format="wav") as container:
-        container.flags |= av.container.Flags.bitexact.value  # no LIST/INFO "encoder" chunk
+        # No LIST/INFO "encoder" chunk. PyAV's stub types a flag's value as the flag; it is an int.
+        container.flags |= av.container.Flags.bitexact.value  # type: ignore[operator]
         container.add_stream("pcm_s16le", rate=24_000, layout="mono")
         container.start_encoding()
     encoder = open_encoder("wav", 24_000)

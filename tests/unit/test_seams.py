@@ -22,7 +22,10 @@ def speech_like(seconds: float, seed: int, lead: float = 0.3, trail: float = 0.4
     t = np.arange(int(seconds * RATE)) / RATE
     envelope = 0.2 + 0.15 * np.sin(2 * np.pi * 3 * t)
     voiced = envelope * np.sin(2 * np.pi * (140 + 30 * seed) * t + 1.0)  # starts at sin(1.0): a step from silence
-    floor = lambda n: (0.001 * rng.standard_normal(n)).astype(np.float32)  # noqa: E731
+
+    def floor(n: int) -> np.ndarray:
+        return (0.001 * rng.standard_normal(n)).astype(np.float32)
+
     return np.concatenate([floor(int(lead * RATE)), voiced.astype(np.float32), floor(int(trail * RATE))])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -16,6 +17,11 @@ from text.languages import resolve_language
 
 ENGLISH = resolve_language("en")
 RATE = 24_000
+
+
+def near(seconds: float) -> float:
+    """A time that compares equal to any within pytest's tolerance, where a WordTiming's float goes."""
+    return cast(float, pytest.approx(seconds))
 
 
 def letters(word: str) -> str:
@@ -108,12 +114,12 @@ def test_clock_turns_frames_into_seconds_with_the_leading_pad_and_the_decoders_l
     durations = np.array([4, 1, 2, 3, 1, 1, 5])  # pad, a, b, space, c, d, pad: 600 samples (25 ms) a frame
     words = clock.add(durations, loud(17))  # tokens: ab 0.1–0.175 s, cd 0.25–0.3 s; sounds 50 ms earlier
     assert [(w.word, w.start, w.end) for w in words] == [
-        ("ab", pytest.approx(10.05), pytest.approx(10.125)),
-        ("cd", pytest.approx(10.2), pytest.approx(10.25)),
+        ("ab", near(10.05), near(10.125)),
+        ("cd", near(10.2), near(10.25)),
     ]
     assert clock.tokens == 5
     early = WordClock([WordSpan("a", 0, 1)], RATE).add(np.array([1, 2, 1]), loud(4))
-    assert early == [WordTiming("a", 0.0, pytest.approx(0.025))]  # never before the audio starts
+    assert early == [WordTiming("a", 0.0, near(0.025))]  # never before the audio starts
 
 
 def test_a_pause_held_in_a_words_last_token_is_trimmed_off() -> None:
@@ -121,17 +127,17 @@ def test_a_pause_held_in_a_words_last_token_is_trimmed_off() -> None:
     audio = np.zeros(20 * 600, dtype=np.float32)
     audio[int(0.06 * RATE) : int(0.2 * RATE)] = loud(1, int(0.14 * RATE))
     (word,) = WordClock([WordSpan("ab.", 0, 2)], RATE).add(np.array([4, 2, 12, 2]), audio)
-    assert (word.start, word.end) == (pytest.approx(0.05), pytest.approx(0.2))  # not 0.4: 0.45 less the lead
+    assert (word.start, word.end) == (near(0.05), near(0.2))  # not 0.4: 0.45 less the lead
 
 
 def test_clock_times_words_across_windows_as_they_complete() -> None:
     spans = [WordSpan("one", 0, 2), WordSpan("two", 3, 5), WordSpan("three", 5, 7)]
     clock = WordClock(spans, RATE)
-    assert clock.add(np.array([2, 1, 1, 1, 1, 2]), loud(8)) == [WordTiming("one", 0.0, pytest.approx(0.05))]
+    assert clock.add(np.array([2, 1, 1, 1, 1, 2]), loud(8)) == [WordTiming("one", 0.0, near(0.05))]
     # The second window's samples per frame come from its length: 1,200 here. "two" straddles the windows.
     assert clock.add(np.array([1, 1, 1, 1, 1]), loud(5, 1200)) == [
-        WordTiming("two", pytest.approx(0.075), pytest.approx(0.25)),
-        WordTiming("three", pytest.approx(0.25), pytest.approx(0.35)),
+        WordTiming("two", near(0.075), near(0.25)),
+        WordTiming("three", near(0.25), near(0.35)),
     ]
 
 
