@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from errors import Unavailable
 from gpu.runtime import RuntimeRefused, check_runtime
 from lifecycle.service import Service, build_service
-from settings import Settings, SettingsError, load_settings
+from settings import Settings, load_settings, settings_or_report
 from web import api_docs, fleet
 from web.auth import ApiKeys, Authenticate, is_public
 from web.http_errors import install_error_handlers
@@ -161,10 +161,8 @@ def main() -> int:
     # Model libraries draw tqdm progress bars on stderr (VoxCPM, for every generation): noise in a server's log.
     # tqdm reads this when it is first imported, which happens later, when an engine loads.
     os.environ.setdefault("TQDM_DISABLE", "1")
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        sys.stderr.write(f"polytts: {exc}\n")
+    settings = settings_or_report()
+    if settings is None:
         return 2
     # One format for the service's lines and uvicorn's: uvicorn gets no logging config of its own.
     logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)

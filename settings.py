@@ -301,15 +301,19 @@ def load_settings(**overrides: Any) -> Settings:
         raise SettingsError("invalid configuration: " + "; ".join(dict.fromkeys(problems))) from exc
 
 
-def main() -> int:
-    """`python -m settings`: check the configuration alone, as ./run.sh does before it sets anything up; exit 2
-    naming each invalid variable, in the words server.py would use."""
+def settings_or_report() -> Settings | None:
+    """The settings from the environment, or None once each invalid variable is named on stderr (the caller then
+    exits 2): what `server.py` and `python -m settings` both say of a bad configuration."""
     try:
-        load_settings()
+        return load_settings()
     except SettingsError as exc:
         sys.stderr.write(f"polytts: {exc}\n")
-        return 2
-    return 0
+        return None
+
+
+def main() -> int:
+    """`python -m settings`: check the configuration alone, as ./run.sh does before it sets anything up."""
+    return 0 if settings_or_report() is not None else 2
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ class Job:
     """Steps the job will take, when known (`unit_chars` sets it): the last one then also ends the job, without
     another turn."""
     ready: Callable[[], bool] | None = None
-    """For a job whose steps come as its input arrives (a live request): whether it has one to take now. A job
-    that has none is passed over: waiting for text holds no step of the GPU thread."""
+    """Whether the job has a step to take now (its chunk source's `ready`: always for a planned text; a live
+    request's only once its text has come). A job that has none is passed over: waiting for text holds no step of the
+    GPU thread."""
     units_done: int = 0
     gpu_seconds: float = 0.0
     delivered: int = 0
