@@ -13,14 +13,9 @@ import numpy as np
 import pytest
 
 from tests.support.servers import ROOT, ServerProcess
+from tests.support.voices import npy
 
 PACK = np.random.default_rng(7).standard_normal((510, 1, 256)).astype(np.float32) * 0.1
-
-
-def npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
 
 
 def upload_pack(client: httpx.Client, data: bytes, filename: str = "pack.npy") -> httpx.Response:

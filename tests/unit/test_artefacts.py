@@ -17,14 +17,9 @@ from engines.qwen.mlx_backend import MlxQwenEngine
 from engines.voxcpm.engine import VoxCPMEngine
 from errors import ServiceError
 from tests.support.clips import wav_clip
+from tests.support.voices import npy
 from voicebank.registry import Registration, VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
-
-
-def npy(array: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    np.save(out, array, allow_pickle=True)
-    return out.getvalue()
 
 
 def header_only(shape: tuple[int, ...], dtype: str = "<f4") -> bytes:
@@ -42,7 +37,7 @@ DAMAGED = {
     "longer than its header says": npy(GOOD) + b"\0" * 16,
     "header claims a huge shape": header_only((10**12,)) + b"\0" * 4000,
     "header not a literal": npy(GOOD).replace(b"(1000,)", b"(10**3)"),
-    "pickled objects": npy(np.array([{"a": 1}], dtype=object)),
+    "pickled objects": npy(np.array([{"a": 1}], dtype=object), allow_pickle=True),
     "NaN": npy(np.full(10, np.nan, np.float32)),
 }
 

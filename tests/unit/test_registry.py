@@ -20,6 +20,7 @@ import pytest
 import soundfile as sf
 
 from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
+from tests.support.voices import npy
 from voicebank import registry
 from voicebank.ids import check_voice_id, compute_voice_id, is_voice_id
 from voicebank.registry import Registration, VoiceRegistry
@@ -542,19 +543,13 @@ def _write_pack_folder(root: Path, voice_id: str, meta: Any, pack_file: bytes) -
     return folder
 
 
-def _npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
-    out = io.BytesIO()
-    np.save(out, array, allow_pickle=allow_pickle)
-    return out.getvalue()
-
-
 def _npy_header(shape: tuple[int, ...]) -> bytes:
     out = io.BytesIO()
     np.lib.format.write_array_header_1_0(out, {"descr": "<f4", "fortran_order": False, "shape": shape})
     return out.getvalue()
 
 
-GOOD_PACK = _npy(np.zeros((510, 1, 256), np.float32))
+GOOD_PACK = npy(np.zeros((510, 1, 256), np.float32))
 NESTED_JSON = "[" * 100_000 + "]" * 100_000
 
 DAMAGED_CLIP_META: list[tuple[str, Any]] = [
@@ -647,9 +642,9 @@ DAMAGED_PACKS: list[tuple[str, Any, bytes]] = [
     ("emptied", PACK_META, b""),
     ("cut short", PACK_META, GOOD_PACK[:-100]),
     ("longer than its header says", PACK_META, GOOD_PACK + b"\0" * 64),
-    ("wrong shape", PACK_META, _npy(np.zeros((510, 256), np.float32))),
-    ("integers", PACK_META, _npy(np.zeros((510, 1, 256), np.int32))),
-    ("pickled objects", PACK_META, _npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)),
+    ("wrong shape", PACK_META, npy(np.zeros((510, 256), np.float32))),
+    ("integers", PACK_META, npy(np.zeros((510, 1, 256), np.int32))),
+    ("pickled objects", PACK_META, npy(np.array([{"a": 1}], dtype=object), allow_pickle=True)),
     ("header claims a huge shape", PACK_META, _npy_header((510, 1, 10**12)) + GOOD_PACK[128:]),
     ("header not a literal", PACK_META, GOOD_PACK.replace(b"(510, 1, 256)", b"(510, 1, 2**8)")),
 ]
@@ -677,7 +672,7 @@ def test_a_damaged_clip_folder_is_overwritten_by_replace(root: Path) -> None:
 
 def test_registering_a_damaged_pack_again_rewrites_it(reg: VoiceRegistry, root: Path) -> None:
     pack = np.random.default_rng(3).standard_normal((510, 1, 256)).astype(np.float32)
-    upload = Registration(audio=b"", engine="kokoro", voice_pack=_npy(pack), voice_pack_filename="v.npy")
+    upload = Registration(audio=b"", engine="kokoro", voice_pack=npy(pack), voice_pack_filename="v.npy")
     entry, _ = reg.register(upload)
     assert entry.pack_path is not None
     entry.pack_path.write_bytes(GOOD_PACK)  # whole and well-formed, but no longer this voice's values
@@ -820,7 +815,7 @@ def test_racing_registrations_with_different_transcripts(root: Path) -> None:
 
 def test_racing_pack_registrations_end_with_one_pack(root: Path) -> None:
     pack = np.random.default_rng(4).standard_normal((510, 1, 256)).astype(np.float32)
-    upload = Registration(audio=b"", engine="kokoro", voice_pack=_npy(pack), voice_pack_filename="v.npy")
+    upload = Registration(audio=b"", engine="kokoro", voice_pack=npy(pack), voice_pack_filename="v.npy")
     results = _race(root, [upload, upload])
     assert sorted(created for _, created in results if isinstance(created, bool)) == [False, True]
     (name,) = os.listdir(root)

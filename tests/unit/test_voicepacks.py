@@ -24,6 +24,7 @@ from engines import tensor_files
 from engines.kokoro import voicepacks
 from engines.kokoro.voicepacks import PACK_SHAPE, pack_id, read_pack, read_stored_pack, stored_pack_problem
 from errors import InvalidInput, ServiceError
+from tests.support.voices import npy
 
 
 def random_pack(seed: int = 0) -> np.ndarray:
@@ -33,12 +34,6 @@ def random_pack(seed: int = 0) -> np.ndarray:
 def as_pt(value: object) -> bytes:
     buffer = io.BytesIO()
     torch.save(value, buffer)
-    return buffer.getvalue()
-
-
-def as_npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=allow_pickle)
     return buffer.getvalue()
 
 
@@ -59,7 +54,7 @@ def handmade_safetensors(header: dict[str, object], buffer: bytes) -> bytes:
 
 SERIALISERS: dict[str, Callable[[np.ndarray], bytes]] = {
     "pack.pt": lambda a: as_pt(torch.from_numpy(a)),
-    "pack.npy": as_npy,
+    "pack.npy": npy,
     "pack.npz": lambda a: as_npz(voice=a),
     "pack.safetensors": as_safetensors,
 }
@@ -85,7 +80,7 @@ def test_each_format_round_trips(filename: str) -> None:
 
 def test_suffix_is_case_insensitive_and_pt_dict_of_one_tensor_is_accepted() -> None:
     pack = random_pack()
-    np.testing.assert_array_equal(read_pack(as_npy(pack), "Voice.NPY"), pack)
+    np.testing.assert_array_equal(read_pack(npy(pack), "Voice.NPY"), pack)
     np.testing.assert_array_equal(read_pack(as_pt({"voice": torch.from_numpy(pack)}), "v.pt"), pack)
 
 
@@ -101,8 +96,8 @@ def test_safetensors_half_precisions_are_widened() -> None:
 
 def test_float64_and_big_endian_are_converted() -> None:
     pack = random_pack()
-    np.testing.assert_array_equal(read_pack(as_npy(pack.astype(np.float64)), "v.npy"), pack)
-    np.testing.assert_array_equal(read_pack(as_npy(pack.astype(">f4")), "v.npy"), pack)
+    np.testing.assert_array_equal(read_pack(npy(pack.astype(np.float64)), "v.npy"), pack)
+    np.testing.assert_array_equal(read_pack(npy(pack.astype(">f4")), "v.npy"), pack)
 
 
 def test_pack_id_is_the_same_for_every_format_and_differs_per_tensor() -> None:
@@ -124,7 +119,7 @@ def test_pack_id_is_pinned() -> None:
 
 
 def test_unknown_suffix() -> None:
-    error = refused(as_npy(random_pack()), "pack.bin")
+    error = refused(npy(random_pack()), "pack.bin")
     assert error.code == "pack_format"
     for suffix in (".pt", ".npy", ".npz", ".safetensors"):
         assert suffix in error.message
@@ -141,7 +136,7 @@ def test_wrong_shape(filename: str, shape: tuple[int, ...]) -> None:
 
 def test_integer_dtypes() -> None:
     ints = np.zeros(PACK_SHAPE, np.int32)
-    error = refused(as_npy(ints), "v.npy")
+    error = refused(npy(ints), "v.npy")
     assert error.code == "pack_dtype" and "int32" in error.message
     error = refused(as_safetensors(ints.astype(np.int64)), "v.safetensors")
     assert error.code == "pack_dtype" and "I64" in error.message
@@ -163,7 +158,7 @@ def test_nonfinite_values(filename: str, bad: float) -> None:
 def test_float64_overflowing_float32_is_refused() -> None:
     pack = random_pack().astype(np.float64)
     pack[0, 0, 0] = 1e300
-    assert refused(as_npy(pack), "v.npy").code == "pack_values"
+    assert refused(npy(pack), "v.npy").code == "pack_values"
 
 
 def test_containers_must_hold_one_tensor() -> None:
@@ -238,7 +233,7 @@ def trap_array(marker: pathlib.Path) -> np.ndarray:
         ("v.pt", lambda m: as_pt(Trap(m))),
         ("v.pt", lambda m: as_pt({"voice": Trap(m)})),
         ("v.pt", lambda m: pickle.dumps(Trap(m))),
-        ("v.npy", lambda m: as_npy(trap_array(m), allow_pickle=True)),
+        ("v.npy", lambda m: npy(trap_array(m), allow_pickle=True)),
         ("v.npy", lambda m: pickle.dumps(Trap(m))),
         ("v.npz", lambda m: as_npz(voice=trap_array(m))),
     ],
@@ -291,7 +286,7 @@ def peak_bytes(call: Callable[[], object]) -> int:
 
 @pytest.mark.parametrize("claimed", [None, 1000, math.prod(PACK_SHAPE) * 4 + 128])
 def test_an_npz_bomb_is_refused_without_inflating_it(claimed: int | None) -> None:
-    bomb = zip_bomb("voice.npy", claimed, prefix=as_npy(random_pack())[:128])
+    bomb = zip_bomb("voice.npy", claimed, prefix=npy(random_pack())[:128])
     assert refused(bomb, "v.npz").code == "pack_unreadable"
     assert peak_bytes(lambda: read_pack(bomb, "v.npz")) < 20 * 1024 * 1024
 
@@ -300,7 +295,7 @@ def test_archive_members_compressed_other_than_by_deflate_are_refused() -> None:
     for method in (zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", compression=method) as archive:
-            archive.writestr("voice.npy", as_npy(random_pack()))
+            archive.writestr("voice.npy", npy(random_pack()))
         assert refused(buffer.getvalue(), "v.npz").code == "pack_unreadable"
         assert "compression method" in refused(buffer.getvalue(), "v.npz").message
 
@@ -337,7 +332,7 @@ def stored(tmp_path: pathlib.Path, data: bytes) -> pathlib.Path:
 
 def test_a_stored_pack_reads_back_checked_against_its_id(tmp_path: pathlib.Path) -> None:
     pack = random_pack(5)
-    path = stored(tmp_path, as_npy(pack))
+    path = stored(tmp_path, npy(pack))
     assert stored_pack_problem(path) is None
     np.testing.assert_array_equal(read_stored_pack(path, pack_id(pack)), pack)
 
@@ -345,11 +340,11 @@ def test_a_stored_pack_reads_back_checked_against_its_id(tmp_path: pathlib.Path)
 @pytest.mark.parametrize(
     "data",
     [
-        as_npy(random_pack(6)),  # whole, but another pack's values
-        as_npy(random_pack(5))[:-4],
+        npy(random_pack(6)),  # whole, but another pack's values
+        npy(random_pack(5))[:-4],
         b"",
         b"\x93NUMPY garbage",
-        as_npy(np.full(PACK_SHAPE, np.nan, np.float32)),
+        npy(np.full(PACK_SHAPE, np.nan, np.float32)),
     ],
     ids=["other values", "cut short", "empty", "bad header", "NaN"],
 )
