@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.abuse import PACK_SHAPE, multipart, understated_npz
+from bench.abuse.payloads import PACK_SHAPE, multipart, understated_npz
 from bench.common import ROOT, SIXTY_WORDS, Playback
 from bench.duplex_http import DuplexRequest
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens

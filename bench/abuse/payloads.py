@@ -1,0 +1,133 @@
+"""Hostile payloads and a raw HTTP client that keeps sending while it reads the answer."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import socket
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.abuse.probing import MB, Target, expect
+from engines.kokoro.voicepacks import PACK_SHAPE
+
+
+def npy(values: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, values)
+    return out.getvalue()
+
+
+def random_pack(seed: int) -> np.ndarray:
+    return (0.1 * np.random.default_rng(seed).standard_normal(PACK_SHAPE)).astype(np.float32)
+
+
+def multipart(fields: list[tuple[str, str | None, bytes]], boundary: str = "probe") -> bytes:
+    """A multipart/form-data body of (name, file name or None, content) parts."""
+    body = b""
+    for name, filename, content in fields:
+        disposition = f'form-data; name="{name}"' + ("" if filename is None else f'; filename="{filename}"')
+        body += b"--%s\r\nContent-Disposition: %s\r\n\r\n%s\r\n" % (boundary.encode(), disposition.encode(), content)
+    return body + b"--%s--\r\n" % boundary.encode()
+
+
+def understated_npz(real_bytes: int) -> bytes:
+    """An .npz whose one member is `real_bytes` of zeros after an .npy header, deflated, while its zip headers claim
+    the size of a voice pack: a reader that trusts them allocates little and inflates much."""
+    claimed = int(np.prod(PACK_SHAPE)) * 4 + 128
+    header = npy(np.zeros(PACK_SHAPE, np.float32))[:128]
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive, archive.open("pack.npy", "w") as member:
+        member.write(header)
+        zeros = bytes(MB)
+        for _ in range(real_bytes // MB):
+            member.write(zeros)
+    data = bytearray(packed.getvalue())
+    # The uncompressed size sits 22 bytes into a local file header and 24 bytes into a central directory entry.
+    for signature, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        where = data.index(signature) + size_at
+        data[where : where + 4] = claimed.to_bytes(4, "little")
+    return bytes(data)
+
+
+def json_text_body(size: int) -> Iterator[bytes]:
+    """A JSON body of `size` bytes, `{"text": "aaa..."}`, in 1 MB blocks."""
+    head, tail = b'{"text": "', b'"}'
+    left = size - len(head) - len(tail)
+    yield head
+    while left > 0:
+        yield b"a" * min(MB, left)
+        left -= MB
+    yield tail
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    """Empty when the connection was reset before it came."""
+    seconds: float
+    """Until the status line."""
+    sent: int
+    """Body bytes sent by then."""
+
+    @property
+    def code(self) -> str | None:
+        with contextlib.suppress(ValueError, AttributeError):
+            return str(json.loads(self.body).get("code"))
+        return None
+
+
+def send_while_reading(
+    target: Target, path: str, headers: dict[str, str], blocks: Iterator[bytes], length: int | None
+) -> Reply:
+    """POST a body block by block (chunked without a `length`) from a thread while reading the answer; stop sending
+    once it comes. Plain sockets: the answer stays readable after the server resets a connection it stopped reading
+    (asyncio's streams would drop it)."""
+    host, port = target.url.removeprefix("http://").split(":")
+    framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{framing}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    answered = threading.Event()
+    sent = 0
+
+    def pump() -> None:
+        nonlocal sent
+        with contextlib.suppress(OSError):
+            for block in blocks:
+                if answered.is_set():
+                    return
+                sock.sendall(block if length is not None else b"%x\r\n%s\r\n" % (len(block), block))
+                sent += len(block)
+            sock.sendall(b"" if length is not None else b"0\r\n\r\n")
+
+    with socket.create_connection((host, int(port)), timeout=120) as sock:
+        started = time.perf_counter()
+        sock.sendall(head.encode("latin-1"))
+        sender = threading.Thread(target=pump, daemon=True)
+        sender.start()
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while b"\r\n\r\n" not in received and (piece := sock.recv(65536)):
+                received += piece
+        seconds, sent_then = time.perf_counter() - started, sent
+        answered.set()
+        status_line, _, rest = received.partition(b"\r\n")
+        expect(status_line.startswith(b"HTTP/1.1 "), f"no answer after {seconds:.1f} s ({sent_then} bytes sent)")
+        fields, _, body = rest.partition(b"\r\n\r\n")
+        found = dict(line.decode("latin-1").split(":", 1) for line in fields.split(b"\r\n") if b":" in line)
+        found = {name.strip().lower(): value.strip() for name, value in found.items()}
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while len(body) < int(found.get("content-length", 0)) and (piece := sock.recv(65536)):
+                body += piece
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the sender if it is blocked in sendall
+        sender.join(30)
+    return Reply(int(status_line.split()[1]), found, body, seconds, sent_then)
