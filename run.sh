@@ -8,7 +8,8 @@
 #   ./run.sh setup    set up the serving environment only
 #
 # Serving restarts the server after a non-zero exit, with a backoff of 1 s doubling to 60 s (reset once a run
-# lasted 60 s), and stops after exit 0 (a clean stop). SIGTERM/SIGINT stop the server and this script.
+# lasted 60 s), and stops after exit 0 (a clean stop) or 2 (an invalid setting). SIGTERM/SIGINT stop the server (it
+# drains first; a second request later stops it at once) and this script.
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -55,12 +56,20 @@ setup() {
   fi
   # Invalid settings exit 2: `python -m settings` printed which, and that is all there is to say.
   "$VENV/bin/python" -m settings || return $?
-  "$VENV/bin/python" -m models.assemble || { say "the default model could not be assembled (see above)"; return 1; }
+  # Exit 2 is a setting models.assemble reads itself (where the model goes), named by it already.
+  "$VENV/bin/python" -m models.assemble || {
+    local code=$?
+    [ "$code" = 2 ] || say "the default model could not be assembled (see above)"
+    return "$code"
+  }
 }
 
 serve() {
   local delay=1 child= sleeper= code started stopping=0
-  # On SIGTERM/SIGINT: remember to stop and pass the signal on to whatever runs now (server or backoff sleep).
+  # On SIGTERM/SIGINT: remember to stop and pass the signal on to whatever runs now (server or backoff sleep), as
+  # SIGTERM (background jobs of a script ignore SIGINT). Every signal is passed on, so a supervisor that signals only
+  # this script reaches the server; one Ctrl+C reaches the server from the terminal too, and the server takes
+  # signals that close together as one stop request (a drain), a later one as a second (stop at once).
   # `child`/`sleeper` are cleared once reaped, so a stale pid (possibly reused) is never signalled.
   trap 'stopping=1; for pid in $child $sleeper; do kill -TERM "$pid" 2>/dev/null; done' TERM INT
   while [ "$stopping" = 0 ]; do
@@ -75,6 +84,8 @@ serve() {
     child=
     [ "$stopping" = 1 ] && break
     if [ "$code" = 0 ]; then say "server exited cleanly"; exit 0; fi
+    # An invalid setting (exit 2, named by the server) stays invalid however often the server restarts.
+    if [ "$code" = 2 ]; then say "server exited with status 2 (invalid configuration); not restarting"; exit 2; fi
     [ $(($(date +%s) - started)) -ge 60 ] && delay=1
     say "server exited with status $code; restarting in ${delay}s"
     sleep "$delay" &

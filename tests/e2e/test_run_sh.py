@@ -16,12 +16,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from server import SIGNALS_TOGETHER_S
 from tests.support.polling import wait_until
 from tests.support.servers import ROOT, free_port
 
@@ -213,21 +215,68 @@ def _run_server(tmp: Path, port: int, **env: str) -> tuple[int, str, float]:
 # --- python server.py -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("POLYTTS_PORT", "abc"),
-        ("POLYTTS_PORT", "70000"),
-        ("POLYTTS_IDLE_EVICT_SECONDS", "-1"),
-        ("POLYTTS_LOG_LEVEL", "loud"),
-    ],
-)
-def test_invalid_setting_exits_2_naming_the_variable(tmp_path: Path, name: str, value: str) -> None:
-    code, stderr, _ = _run_server(tmp_path, free_port(), **{name: value})
-    assert code == 2, stderr
-    assert name in stderr
-    assert "invalid configuration" in stderr
+INVALID_SETTINGS = [  # (variable, value): read by every step that loads the service's settings
+    ("POLYTTS_API_KEYS", "s3cret"),  # not JSON (a secret: never repeated)
+    ("POLYTTS_PORT", "abc"),
+    ("POLYTTS_PORT", "70000"),
+    ("POLYTTS_RUNTIME", "tpu"),
+    ("POLYTTS_FAIRNESS_WEIGHTS", "{interactive: 2}"),  # not JSON
+    ("POLYTTS_OPENAI_VOICES", '["alloy"]'),  # JSON, of the wrong shape
+    ("POLYTTS_IDLE_EVICT_SECONDS", "-1"),
+    ("POLYTTS_LOG_LEVEL", "loud"),
+    ("POLYTTS_KOKORO_BACKEND", "tensorrt"),  # an engine family's own settings
+    ("POLYTTS_VOXCPM_MAX_LEN", "long"),
+]
+STEPS = {"settings": ["-m", "settings"], "server": ["server.py"]}
+"""What run.sh runs that loads the service's settings: `python -m settings` first, then the server."""
+
+
+def _step(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run one of run.sh's steps (`python ARGS`) in `env`: its exit status and its stderr."""
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    return done.returncode, done.stderr.decode(errors="replace")
+
+
+def _says_only(stderr: str, variable: str) -> None:
+    """One line, naming the variable, and no traceback."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and variable in lines[0] and "invalid configuration" in lines[0], stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+@pytest.mark.parametrize(("name", "value"), INVALID_SETTINGS)
+def test_an_invalid_setting_is_one_line_naming_it_and_exit_2(tmp_path: Path, step: str, name: str, value: str) -> None:
+    code, stderr = _step(STEPS[step], _env(tmp_path, free_port(), **{name: value}))
+    assert code == 2, stderr
+    _says_only(stderr, name)
+    assert "s3cret" not in stderr  # a key's value never reaches a log
+
+
+def test_an_address_of_no_interface_here_is_an_invalid_host(tmp_path: Path) -> None:
+    env = _env(tmp_path, free_port(), POLYTTS_HOST="192.0.2.1")  # TEST-NET-1: on no interface of any host
+    code, stderr = _step(STEPS["server"], env)
+    assert code == 2, stderr
+    _says_only(stderr, "POLYTTS_HOST")
+
+
+@pytest.mark.parametrize("variable", ["POLYTTS_KOKORO_ONNX_DIR", "POLYTTS_MODELS_DIR"])
+def test_models_assemble_refuses_a_folder_it_would_have_to_delete(tmp_path: Path, variable: str) -> None:
+    """models.assemble replaces its folder whole: one that holds other files (POLYTTS_KOKORO_ONNX_DIR), or that
+    would lie under a file (POLYTTS_MODELS_DIR), is named as invalid, exit 2, and left as it is."""
+    env = _env(tmp_path, free_port())
+    del env["POLYTTS_KOKORO_ONNX_DIR"]
+    placed = tmp_path / "placed"
+    if variable == "POLYTTS_KOKORO_ONNX_DIR":
+        placed.mkdir()
+        (placed / "notes.txt").write_text("not the model's")
+    else:
+        placed.write_text("a file")
+    code, stderr = _step(["-m", "models.assemble"], {**env, variable: str(placed)})
+    assert code == 2, stderr
+    _says_only(stderr, variable)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["placed"]  # nothing built beside it
+    assert placed.is_file() or [p.name for p in placed.iterdir()] == ["notes.txt"]
 
 
 def test_port_in_use_exits_nonzero_quickly_saying_so(tmp_path: Path) -> None:
@@ -326,9 +375,133 @@ def test_signal_to_run_sh_stops_server_and_run_sh(tmp_path: Path, sig: signal.Si
         wait_until(lambda: not _group(runner.pid), STOP_S, "run.sh's process group to be gone")
 
 
-def test_run_sh_with_an_invalid_setting_says_only_that(tmp_path: Path) -> None:
-    with run_sh(tmp_path, free_port(), POLYTTS_PORT="notaport") as runner:
-        assert runner.wait(FIRST_HEALTH_S) == 2
+# --- stop requests: signals that come together are one (a drain), a later one stops at once -------------------
+
+SPOKEN = " ".join(f"Sentence number {i} is still being spoken when the node is asked to stop." for i in range(3))
+LONGER = " ".join([SPOKEN] * 4)
+DRAINING = {"POLYTTS_DRAIN_SECONDS": "600", "POLYTTS_MEMORY_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
+"""A drain that never runs out in these tests (each is about the signals, not the bound); no cache answers."""
+TOGETHER_S = 0.2
+"""The second signal of one stop request comes this long after the first: a supervisor's "a moment later", well
+inside server.SIGNALS_TOGETHER_S."""
+
+
+def _under_way(port: int, count: int) -> bool:
+    """`count` syntheses admitted (running or waiting for the GPU thread)."""
+    body = _health(port)
+    return body is not None and body["inflight"]["running"] + body["inflight"]["waiting"] >= count
+
+
+def _audio(answer: httpx.Response) -> None:
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.headers["content-type"] == "audio/wav" and len(answer.content) > 48_000
+
+
+def test_ctrl_c_then_sigterm_to_run_sh_is_one_drain_and_the_request_under_way_finishes(tmp_path: Path) -> None:
+    """A terminal's Ctrl+C is a SIGINT to run.sh's whole group; run.sh passes a SIGTERM on, and a supervisor may
+    send run.sh its own a moment later: all one stop request."""
+    port = free_port()
+    with run_sh(tmp_path, port, **DRAINING) as runner, ThreadPoolExecutor(1) as pool:
+        runner.health()
+        speaking = pool.submit(httpx.post, f"http://127.0.0.1:{port}/tts", json={"text": SPOKEN}, timeout=300)
+        wait_until(lambda: _under_way(port, 1), 60, "the /tts to be under way", detail=_log(runner.err_path))
+        os.killpg(runner.pid, signal.SIGINT)
+        time.sleep(TOGETHER_S)  # the scenario's interval, not a wait for a state
+        runner.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        _audio(speaking.result(300))
+        answered = time.monotonic()
+        assert runner.wait(STOP_S) == 0, runner.stderr()
+        exited_in = time.monotonic() - answered
         stderr = runner.stderr()
-    assert "POLYTTS_PORT" in stderr and "invalid configuration" in stderr
-    assert "could not be assembled" not in stderr and "Traceback" not in stderr
+    assert "Traceback" not in stderr and "cutting" not in stderr and "second stop request" not in stderr, stderr
+    assert "SIGINT: stop requested" in stderr and "the same stop request" in stderr
+    assert "run.sh: stopped" in stderr and "restarting" not in stderr
+    assert exited_in < STOP_S, f"run.sh exited {exited_in:.1f}s after the request was answered"
+
+
+def _signalled_server(tmp: Path) -> tuple[subprocess.Popen[bytes], Path, int]:
+    """A warmed server with DRAINING's settings: its process, its log and its port."""
+    port = free_port()
+    proc, err = _server(tmp, port, POLYTTS_WARM_ON_START="true", **DRAINING)
+    wait_until(lambda: (_health(port) or {}).get("status") == "ready", 120, "the server to be ready", detail=_log(err))
+    return proc, err, port
+
+
+def test_two_sigterms_close_together_are_one_drain(tmp_path: Path) -> None:
+    proc, err, port = _signalled_server(tmp_path)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            speaking = pool.submit(httpx.post, f"http://127.0.0.1:{port}/tts", json={"text": SPOKEN}, timeout=300)
+            wait_until(lambda: _under_way(port, 1), 60, "the /tts to be under way", detail=_log(err))
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(TOGETHER_S)  # the scenario's interval, not a wait for a state
+            proc.send_signal(signal.SIGTERM)
+            _audio(speaking.result(300))
+        assert proc.wait(STOP_S) == 0, err.read_text()
+        log = err.read_text()
+        assert "the same stop request" in log and "second stop request" not in log and "cutting" not in log, log
+        assert "Traceback" not in log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_stop_request_later_cuts_at_once_by_closing_connections(tmp_path: Path) -> None:
+    """SIGTERM, then another after a clear interval: what still runs is cut at once. A stream under way and a
+    whole-file /tts both see their connection closed: never a 500 after the headers or a text/plain body."""
+    proc, err, port = _signalled_server(tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=120) as client, ThreadPoolExecutor(1) as pool:
+            whole = pool.submit(client.post, "/tts", json={"text": LONGER})
+            with client.stream("POST", "/tts/stream", json={"text": LONGER}) as stream:
+                assert stream.status_code == 200
+                chunks = stream.iter_raw()
+                next(chunks)
+                wait_until(lambda: _under_way(port, 2), 60, "both requests to be under way", detail=_log(err))
+                proc.send_signal(signal.SIGTERM)
+                first = time.monotonic()
+                wait_until(lambda: httpx.get(url + "/ready").status_code == 503, 10, "the drain to begin")
+                time.sleep(max(0.0, first + SIGNALS_TOGETHER_S + 0.5 - time.monotonic()))  # the clear interval
+                proc.send_signal(signal.SIGTERM)
+                second = time.monotonic()
+                with pytest.raises(httpx.TransportError) as cut:
+                    for _ in chunks:
+                        pass
+            assert not isinstance(cut.value, httpx.TimeoutException), repr(cut.value)
+            closed = whole.exception(60)
+            assert isinstance(closed, httpx.TransportError) and not isinstance(closed, httpx.TimeoutException), (
+                whole.result() if closed is None else repr(closed)
+            )
+        assert proc.wait(20) == 0, err.read_text()
+        stopped_in = time.monotonic() - second
+        log = err.read_text()
+        assert "a second stop request" in log and "cutting 2 synthesis(es)" in log, log
+        assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+        assert stopped_in < 15, f"the server took {stopped_in:.1f}s to stop"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    "variable", ["POLYTTS_PORT", "POLYTTS_API_KEYS", "POLYTTS_KOKORO_ONNX_DIR"], ids=["settings", "json", "assemble"]
+)
+def test_run_sh_with_an_invalid_setting_says_only_that(tmp_path: Path, variable: str) -> None:
+    """Whichever step reads it first (`python -m settings`, or `python -m models.assemble` for where the model
+    goes): its one line, and run.sh exits 2 with nothing to add."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("not the model's")
+    value = {
+        "POLYTTS_PORT": "notaport",
+        "POLYTTS_API_KEYS": "s3cret",
+        "POLYTTS_KOKORO_ONNX_DIR": str(tmp_path / "mine"),
+    }
+    with run_sh(tmp_path, free_port(), **{variable: value[variable]}) as runner:
+        assert runner.wait(FIRST_HEALTH_S) == 2, runner.stderr()
+        stderr = runner.stderr()
+    said = [line for line in stderr.splitlines() if "invalid configuration" in line]
+    assert len(said) == 1 and variable in said[0], stderr
+    assert "could not be assembled" not in stderr and "Traceback" not in stderr and "s3cret" not in stderr

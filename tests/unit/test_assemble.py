@@ -17,6 +17,7 @@ import pytest
 from models import assemble as assembly
 from models.assemble import (
     AssemblyError,
+    DestinationError,
     assemble,
     find_durations,
     is_assembled,
@@ -119,6 +120,21 @@ def test_the_default_folder_is_the_one_the_service_reads(tmp_path: Path, monkeyp
     assert assembly.Destination().folder == tmp_path / "kokoro-82m-int8"
     monkeypatch.setenv("POLYTTS_KOKORO_ONNX_DIR", str(tmp_path / "onnx"))
     assert assembly.Destination().folder == tmp_path / "onnx"
+
+
+def test_a_folder_holding_other_files_is_never_replaced(tmp_path: Path) -> None:
+    """Assembly replaces its folder whole: pointed at one that holds files of its own (a home folder, another model),
+    it refuses, and leaves them where they are."""
+    mine = tmp_path / "mine"
+    old_layout(mine)
+    (mine / "notes.txt").write_text("not the model's")
+    with pytest.raises(DestinationError, match="notes.txt"):
+        assemble(mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert (mine / "notes.txt").read_text() == "not the model's"
+    (tmp_path / "file").write_text("a file")
+    with pytest.raises(DestinationError, match="is a file"):
+        assemble(tmp_path / "file" / "kokoro")
 
 
 def test_a_corrupt_part_names_the_packages_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
