@@ -160,12 +160,20 @@ def save_array(path: Path, array: np.ndarray) -> None:
 
 
 class PreparedVoices(Generic[Prepared]):
-    """Prepared voices kept in memory, the `limit` most recently used (POLYTTS_MAX_VOICES_MEM); a voice that left is
-    prepared again when next used, from its artefacts on disk."""
+    """Prepared voices kept in memory, the `limit` most recently used (`setting`, POLYTTS_MAX_VOICES_MEM unless the
+    engine has its own); a voice that left is prepared again when next used, from its artefacts on disk."""
 
-    def __init__(self, engine: str, limit: int, dropped: Callable[[Prepared], None] = lambda _: None) -> None:
+    def __init__(
+        self,
+        engine: str,
+        limit: int,
+        dropped: Callable[[Prepared], None] = lambda _: None,
+        *,
+        setting: str = "POLYTTS_MAX_VOICES_MEM",
+    ) -> None:
         self.engine = engine
         self.limit = limit
+        self.setting = setting
         self.dropped = dropped
         """Told of each voice the bound pushes out, to release what the engine keeps for it elsewhere."""
         self._voices: OrderedDict[str, Prepared] = OrderedDict()
@@ -177,7 +185,7 @@ class PreparedVoices(Generic[Prepared]):
             while len(self._voices) > self.limit:
                 evicted, value = self._voices.popitem(last=False)
                 self.dropped(value)
-                log.info("%s: prepared voice %s dropped from memory (POLYTTS_MAX_VOICES_MEM)", self.engine, evicted)
+                log.info("%s: prepared voice %s dropped from memory (%s)", self.engine, evicted, self.setting)
         self._voices.move_to_end(key)
         return found
 

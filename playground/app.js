@@ -47,9 +47,13 @@ function showKeyStatus() {
 
 // --- server status -------------------------------------------------------------------------------------------------
 
+// /health is public: with keys on, a caller without a valid key gets its public view (no default engine, device or
+// queue details), so the key is sent once there is one, never asked for here.
 async function pollHealth() {
   try {
-    const response = await fetch(url("health"), { cache: "no-store" });
+    const key = apiKey();
+    const headers = key ? { Authorization: `Bearer ${key}` } : {};
+    const response = await fetch(url("health"), { cache: "no-store", headers });
     if (!response.ok) throw await errorFrom(response);
     const health = await response.json();
     state.health = health;
@@ -66,13 +70,21 @@ async function pollHealth() {
   }
 }
 
+// The default engine, or in the public view (which names none) the engines in the node's state.
+function statusEngines(health) {
+  if (health.default_engine) return health.default_engine;
+  const engines = Object.entries(health.engines || {}).filter(([, engine]) => engine.state === health.status);
+  return engines.map(([name]) => name).join(", ");
+}
+
 function renderHealth(health) {
   const summary = $("status-summary");
   summary.dataset.state = health.status;
+  const engines = statusEngines(health);
   const device = health.device && health.device !== "undecided" ? ` on ${health.device}` : "";
   const text = {
-    ready: `Ready: ${health.default_engine}${device}`,
-    warming: `Warming up: loading ${health.default_engine}…`,
+    ready: engines ? `Ready: ${engines}${device}` : "Ready",
+    warming: engines ? `Warming up: loading ${engines}…` : "Warming up…",
     failed: `Failed: ${health.reason || "the default engine did not load"}`,
   }[health.status] || `Status: ${health.status}`;
   say(summary, text);
@@ -95,8 +107,9 @@ function renderHealth(health) {
       return item;
     }),
   );
-  const queue = health.inflight || {};
-  say($("queue"), `Queue: ${queue.running ?? 0} running, ${queue.waiting ?? 0} waiting (${queue.queued_chars ?? 0} characters)`);
+  const queue = health.inflight || health.load || {};
+  const chars = queue.queued_chars === undefined ? "" : ` (${queue.queued_chars} characters)`;
+  say($("queue"), `Queue: ${queue.running ?? 0} running, ${queue.waiting ?? 0} waiting${chars}`);
   const max = health.limits?.max_text_chars;
   if (max) $("text").maxLength = max;
   updateTextCount();

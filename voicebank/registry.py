@@ -18,7 +18,9 @@ import io
 import logging
 import math
 import os
+import re
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -57,8 +59,12 @@ _TRASH_PREFIX = ".trash-"
 _DELETED_TRASH_PREFIX = ".trash-deleted-"
 # Uploads libsndfile reads as a WAV file are kept byte for byte; anything else is re-encoded.
 _WAV_FORMATS = frozenset({"WAV", "WAVEX"})
-# Another node may be writing its own `.tmp-` folder in a shared voices folder: only older ones are litter.
+# Another node may be writing its own `.tmp-` folder in a shared voices folder: only older ones are litter, unless
+# the folder's name says that a process of this host wrote it and has ended since (`_abandoned`).
 _LEFTOVER_AGE_S = 3600.0
+# A temporary folder's name ends with its writer, `<pid>.<run>.<node>`: the run tells this process from an earlier one
+# that had the same pid (a restarted container's).
+_RUN = uuid.uuid4().hex[:12]
 # How far a clip may be from the duration its meta.json records before it counts as cut short or replaced.
 _DURATION_SLACK_S = 0.05
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -420,7 +426,7 @@ class VoiceRegistry:
         never renamed onto a non-empty one), which raises `_IdTaken`. A full disk is a 507 with nothing left behind.
         """
         dest = self.root / voice_id
-        tmp = self.root / f"{_TMP_PREFIX}{voice_id}-{uuid.uuid4().hex}"
+        tmp = self.root / f"{_TMP_PREFIX}{voice_id}-{uuid.uuid4().hex}-{os.getpid()}.{_RUN}.{_NODE}"
         trash: Path | None = None
         try:
             tmp.mkdir()
@@ -463,7 +469,7 @@ class VoiceRegistry:
         for name in sorted(os.listdir(self.root)):
             path = self.root / name
             if name.startswith(_TMP_PREFIX):
-                if _age(path) < _LEFTOVER_AGE_S:
+                if _age(path) < _LEFTOVER_AGE_S and not _abandoned(name):
                     continue  # perhaps another node's registration under way
                 log.info("removing unfinished registration %s", name)
                 _remove_quietly(path)
@@ -520,6 +526,39 @@ def _meta_stamp(folder: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns
+
+
+def _node() -> str:
+    """This host as temporary folders name it: its name and, on Linux, its pid namespace (containers that share a
+    host name and a voices folder cannot see each other's processes)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # e.g. pid:[4026531836]
+    except OSError:
+        namespace = ""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname() + namespace)[:80]
+
+
+_NODE = _node()
+
+
+def _abandoned(name: str) -> bool:
+    """Whether a `.tmp-` folder was written by a process of this host that has ended (it crashed mid-write): such a
+    folder is litter at once. One of another node, of a process still running, or named the older way is not."""
+    _, _, written = name[len(_TMP_PREFIX) :].partition("-")  # after the voice id
+    _, _, writer = written.partition("-")  # after the write's own uuid
+    pid, _, rest = writer.partition(".")
+    run, _, node = rest.partition(".")
+    if node != _NODE or not pid.isdigit() or int(pid) <= 0:
+        return False
+    if int(pid) == os.getpid():
+        return run != _RUN
+    try:
+        os.kill(int(pid), 0)  # signal 0 only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's) or cannot be asked: leave its folder alone
+        return False
+    return False
 
 
 def _age(path: Path) -> float:

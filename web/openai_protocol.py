@@ -32,7 +32,7 @@ SSE_MEDIA_TYPE = "text/event-stream"
 
 
 class VoiceObject(BaseModel):
-    """The object form of `voice`: a custom voice by id, here a registered voice id or any built-in name."""
+    """The object form of `voice` (OpenAI's custom voice, `{"id": ...}`): its id is looked up as a name is."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -55,8 +55,15 @@ class SpeechRequest(BaseModel):
         'voice id, or {"id": "..."}.'
     )
     response_format: AudioFormat = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
-    instructions: str | None = Field(None, max_length=4096, description="Style prompt, for engines that take one.")
+    speed: float = Field(
+        1.0, ge=0.25, le=4.0, strict=True, description="Speaking rate, 0.25-4: a number (true is refused)."
+    )
+    instructions: str | None = Field(
+        None,
+        max_length=4096,
+        description="Style prompt, at most 4,096 characters (longer is a 422); accepted and ignored: no engine here "
+        "takes one (the answer says so in X-Ignored-Parameters).",
+    )
     stream_format: Literal["audio", "sse"] = "audio"
 
     @model_validator(mode="before")
@@ -81,11 +88,10 @@ class SpeechRequest(BaseModel):
 
 
 def resolve_voice(voice: str | VoiceObject, table: Mapping[str, str]) -> str:
-    """The PolyTTS voice a request names: an OpenAI name through the table; the object form, and every other name,
-    as given (a built-in voice, a blend or a registered voice id, which the service resolves)."""
-    if isinstance(voice, VoiceObject):
-        return voice.id
-    return table.get(voice, voice)
+    """The PolyTTS voice a request names, as a name or as `{"id": name}` alike: an OpenAI name through the table,
+    every other name as given (a built-in voice, a blend or a registered voice id, which the service resolves)."""
+    name = voice.id if isinstance(voice, VoiceObject) else voice
+    return table.get(name, name)
 
 
 def accepted_models(engines: Iterable[str]) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, Strict, create_model
 from pydantic.fields import FieldInfo
 
 from audio.encoding import AudioFormat
@@ -47,10 +47,18 @@ class SpeechFields(VoiceFields):
         json_schema_extra={"minLength": 1},
     )
     max_chars_per_gen: int | None = Field(
-        None, ge=0, le=100_000, description="Cap on the characters of one generation; 0 is unlimited (engine default)."
+        None,
+        ge=0,
+        le=100_000,
+        strict=True,
+        description="Cap on the characters of one generation; 0 is unlimited (engine default).",
     )
     max_sentences_per_gen: int | None = Field(
-        None, ge=0, le=1_000, description="Cap on the sentences of one generation; 0 is unlimited (engine default)."
+        None,
+        ge=0,
+        le=1_000,
+        strict=True,
+        description="Cap on the sentences of one generation; 0 is unlimited (engine default).",
     )
     format: AudioFormat | CaptionFormat | None = Field(
         None,
@@ -64,9 +72,13 @@ class SpeechFields(VoiceFields):
     )
 
 
-def _engine_fields() -> dict[str, Any]:
+def _engine_fields(numbers_as_text: bool = False) -> dict[str, Any]:
     """Every family's parameter as an optional request field: omitted means the engine's default. A name that
-    several families declare keeps its range only where they agree (each family still checks its own)."""
+    several families declare keeps its range only where they agree (each family still checks its own).
+
+    Numbers are strict as the families declare them (a JSON number: neither true nor "1.5"), except that with
+    `numbers_as_text` (options that may come from a query string, where every value is text) text is read too.
+    """
     declared: dict[str, list[FieldInfo]] = {}
     for spec in ENGINE_SPECS:
         for name, info in spec.params.model_fields.items():
@@ -75,13 +87,23 @@ def _engine_fields() -> dict[str, Any]:
     for name, infos in declared.items():
         first = infos[0]
         agreed = all(info.annotation == first.annotation and info.metadata == first.metadata for info in infos)
+        strict = all(Strict() in info.metadata for info in infos)
+        metadata = [m for m in first.metadata if m != Strict()] if agreed else []
+        if strict:
+            metadata.append(BeforeValidator(_not_bool) if numbers_as_text else Strict())
         annotation: Any = first.annotation
-        if agreed and first.metadata:
-            annotation = Annotated[annotation, *first.metadata]
+        if metadata:
+            annotation = Annotated[annotation, *metadata]
         description = " ".join(info.description or "" for info in infos).strip()
         # Optional[] wraps any annotation object; `X | None` only takes classes and typing forms.
         fields[name] = (Optional[annotation], Field(None, description=description))  # noqa: UP045
     return fields
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true or false")
+    return value
 
 
 TTSRequest = create_model(
@@ -104,7 +126,7 @@ LiveOptions = create_model(
     "LiveOptions",
     __base__=LiveFields,
     __doc__="The options of a live request: voice, language, format and the engine's parameters.",
-    **_engine_fields(),
+    **_engine_fields(numbers_as_text=True),
 )
 
 

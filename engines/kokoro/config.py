@@ -16,7 +16,7 @@ class KokoroParams(EngineParams):
     """What a Kokoro request may set."""
 
     # Kokoro scales its predicted durations by 1/speed: every speed of OpenAI's range is native to it.
-    speed: float = Field(1.0, ge=0.25, le=4.0, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
+    speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Kokoro: speaking rate, 0.25-4 (default 1.0).")
     normalize: bool = Field(
         True,
         description="Kokoro: read numbers, money, dates, times, units and abbreviations as words first (English; "
@@ -25,7 +25,7 @@ class KokoroParams(EngineParams):
 
 
 class KokoroSettings(EngineSettings):
-    """Kokoro's node settings: backend, weights and threads."""
+    """Kokoro's node settings: backend, weights, threads and the voice packs kept in memory."""
 
     kokoro_backend: Literal["auto", "torch", "onnx", "mlx"] = "auto"
     """Kokoro backend: `auto` takes MLX on the MLX runtime, PyTorch when CUDA or MPS is available, ONNX Runtime
@@ -44,6 +44,11 @@ class KokoroSettings(EngineSettings):
 
     mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
     """MLX runtime: Kokoro weights (hub id or local folder)."""
+
+    kokoro_max_packs_mem: int = Field(64, ge=1)
+    """Kokoro voice packs kept in memory, the most recently used: blends once mixed, registered packs once read and
+    checked, built-in ones (0.52 MB each: 64 hold about 33 MB). A pack pushed out is resolved again when next used;
+    the stock packs themselves stay loaded with the engine whatever this is."""
 
     def onnx_path(self, models_dir: Path) -> Path:
         """The ONNX backend's model folder: POLYTTS_KOKORO_ONNX_DIR, else the assembled one under `models_dir`."""

@@ -18,19 +18,34 @@ DEFAULT_MAX_REF_SECONDS = 15.0
 class QwenParams(EngineParams):
     """What a Qwen3-TTS request may set (the package's own defaults)."""
 
-    temperature: float = Field(0.9, gt=0, le=2.0, description="Qwen3-TTS: sampling temperature (default 0.9).")
-    top_k: int = Field(50, ge=1, le=1000, description="Qwen3-TTS: top-k sampling (default 50).")
-    top_p: float = Field(1.0, gt=0, le=1.0, description="Qwen3-TTS: nucleus sampling (default 1.0).")
-    repetition_penalty: float = Field(1.05, gt=0, le=2.0, description="Qwen3-TTS: penalty on repeating codes (1.05).")
-    subtalker_temperature: float = Field(
-        0.9, gt=0, le=2.0, description="Qwen3-TTS: sampling temperature of the residual codebooks (default 0.9)."
+    temperature: float = Field(
+        0.9, strict=True, gt=0, le=2.0, description="Qwen3-TTS: sampling temperature (default 0.9)."
     )
-    subtalker_top_k: int = Field(50, ge=1, le=1000, description="Qwen3-TTS: top-k of the residual codebooks (50).")
+    top_k: int = Field(50, strict=True, ge=1, le=1000, description="Qwen3-TTS: top-k sampling (default 50).")
+    top_p: float = Field(1.0, strict=True, gt=0, le=1.0, description="Qwen3-TTS: nucleus sampling (default 1.0).")
+    repetition_penalty: float = Field(
+        1.05, strict=True, gt=0, le=2.0, description="Qwen3-TTS: penalty on repeating codes (1.05)."
+    )
+    subtalker_temperature: float = Field(
+        0.9,
+        strict=True,
+        gt=0,
+        le=2.0,
+        description="Qwen3-TTS: sampling temperature of the residual codebooks (default 0.9).",
+    )
+    subtalker_top_k: int = Field(
+        50, strict=True, ge=1, le=1000, description="Qwen3-TTS: top-k of the residual codebooks (50)."
+    )
     subtalker_top_p: float = Field(
-        1.0, gt=0, le=1.0, description="Qwen3-TTS: nucleus sampling of the residual codebooks (default 1.0)."
+        1.0,
+        strict=True,
+        gt=0,
+        le=1.0,
+        description="Qwen3-TTS: nucleus sampling of the residual codebooks (default 1.0).",
     )
     max_new_tokens: int = Field(
         0,
+        strict=True,
         ge=0,
         le=20_000,
         description="Qwen3-TTS: bound on the audio frames (12.5 per second) of one generation; 0 (the default) is "

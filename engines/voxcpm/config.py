@@ -13,9 +13,13 @@ from engines.base import EngineParams, EngineSettings
 class VoxCPMParams(EngineParams):
     """What a VoxCPM request may set."""
 
-    cfg_value: float = Field(2.0, ge=0.5, le=10.0, description="VoxCPM: guidance scale (default 2.0).")
+    cfg_value: float = Field(2.0, strict=True, ge=0.5, le=10.0, description="VoxCPM: guidance scale (default 2.0).")
     inference_timesteps: int = Field(
-        10, ge=1, le=100, description="VoxCPM: diffusion steps per patch (default 10); more is slower and finer."
+        10,
+        strict=True,
+        ge=1,
+        le=100,
+        description="VoxCPM: diffusion steps per patch (default 10); more is slower and finer.",
     )
     normalize: bool = Field(False, description="VoxCPM: normalise numbers and symbols first (default false).")
     denoise: bool = Field(

@@ -22,7 +22,9 @@ from playwright.sync_api import Browser, Page
 from engines.kokoro.blends import parse_blend
 from errors import InvalidInput
 from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_for_js
+from tests.support.clips import wav_clip
 from tests.support.servers import ServerProcess
+from tests.support.voices import clone_form
 from web.routes.playground import PLAYGROUND_DIR
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -183,6 +185,30 @@ def test_phone_width_fits_and_keyboard_speaks(browser: Browser, server: ServerPr
     screenshot(tab, "playground-phone")
     assert console.unexpected() == []
     context.close()
+
+
+def test_a_long_voice_label_keeps_the_voice_selector_inside_its_card(browser: Browser, server: ServerProcess) -> None:
+    long_text = "A transcript long enough to make this registered voice's label the widest option of the list."
+    form = clone_form(wav_clip(1.2, 430), ref_text=long_text)
+    voice_id = httpx.post(server.url + "/voices", files=form["files"], data=form["data"], timeout=60).json()["voice_id"]
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        tab = context.new_page()
+        console = Console(tab)
+        tab.goto(server.url + "/ui/")
+        wait_for_js(tab, f"{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=60)
+        label = tab.evaluate(f"[...document.getElementById('voice').options].find(o => o.value === '{voice_id}').text")
+        assert len(label) > 50, label
+        inside = tab.evaluate(
+            "(() => { const select = document.getElementById('voice').getBoundingClientRect();"
+            " const card = document.getElementById('voice').closest('.panel').getBoundingClientRect();"
+            " return select.left >= card.left && select.right <= card.right; })()"
+        )
+        assert inside and tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert console.unexpected() == []
+    finally:
+        context.close()
+        httpx.delete(f"{server.url}/voices/{voice_id}", timeout=30)
 
 
 def test_the_parameters_and_languages_shown_are_the_servers(page: tuple[Page, Console], server: ServerProcess) -> None:
@@ -382,6 +408,29 @@ def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(
         assert tab.evaluate("localStorage.length") == 0 and context.cookies() == []
         assert tab.is_visible("#key-status")
         # Only the two refused requests may show up in the console (Chromium logs every 4xx load).
+        assert console.unexpected("status of 401") == []
+        context.close()
+    finally:
+        keyed.stop()
+
+
+def test_with_keys_on_the_status_reads_the_public_health_then_the_keyed_one(browser: Browser, tmp_path: Path) -> None:
+    """Without a key, /health is the public view (no default engine, device or queue details); once a key is given,
+    the page reads the full one."""
+    keyed = ServerProcess(tmp_path, POLYTTS_API_KEYS=json.dumps({"s3cret-key": "tester"})).start()
+    try:
+        context = browser.new_context(viewport=LAPTOP)
+        tab = context.new_page()
+        console = Console(tab)
+        tab.goto(keyed.url + "/ui/")
+        wait_for_js(tab, "document.getElementById('status-summary').dataset.state === 'ready'", timeout=60)
+        assert tab.inner_text("#status-summary") == "Ready: kokoro"
+        assert re.fullmatch(r"Queue: \d+ running, \d+ waiting", tab.inner_text("#queue"))
+        wait_for_js(tab, "document.getElementById('key-dialog').open", timeout=60)
+        tab.fill("#key-input", "s3cret-key")
+        tab.keyboard.press("Enter")
+        wait_for_js(tab, "document.getElementById('status-summary').textContent === 'Ready: kokoro on cpu'", 30)
+        assert re.fullmatch(r"Queue: \d+ running, \d+ waiting \(\d+ characters\)", tab.inner_text("#queue"))
         assert console.unexpected("status of 401") == []
         context.close()
     finally:

@@ -47,6 +47,9 @@ def test_repeat_is_a_cache_hit(client: TestClient) -> None:
         ({"text": "hi", "voice_id": "0123456789abcdef"}, 404, "voice_not_found"),
         ({"text": "hi", "voice_id": "no_such_voice"}, 404, "voice_not_found"),
         ({"text": "hi", "speed": 5}, 422, "invalid_input"),
+        ({"text": "hi", "speed": True}, 422, "invalid_input"),
+        ({"text": "hi", "speed": "1.5"}, 422, "invalid_input"),
+        ({"text": "hi", "max_sentences_per_gen": True}, 422, "invalid_input"),
         ({"text": "hi", "unknown_field": 1}, 422, "invalid_input"),
         ({"voice_id": "jf_alpha"}, 422, "invalid_input"),
         ({"text": "   "}, 422, "empty_text"),
@@ -101,6 +104,26 @@ def test_refused_requests_are_logged_and_counted(client: TestClient, app: InProc
     assert 'polytts_requests_total{engine="none",outcome="invalid_input",route="tts/stream"} ' in metrics
     log = app.log()
     assert "tts outcome=voice_not_found engine=-" in log and "tts/stream outcome=invalid_input" in log
+
+
+def test_an_openai_voice_object_is_looked_up_as_its_name_is(client: TestClient) -> None:
+    body = {"model": "tts-1", "input": "Hi there.", "response_format": "pcm"}
+    named = client.post("/v1/audio/speech", json={**body, "voice": "alloy"})
+    custom = client.post("/v1/audio/speech", json={**body, "voice": {"id": "alloy"}})
+    assert custom.status_code == 200, custom.text
+    assert custom.headers["x-voice-id"] == named.headers["x-voice-id"] == "af_alloy"
+    assert custom.content == named.content
+    refused = client.post("/v1/audio/speech", json={**body, "voice": "alloy", "speed": True})
+    assert refused.status_code == 422 and refused.json()["error"]["param"] == "speed"
+
+
+def test_live_options_take_numbers_as_query_text_but_never_true(client: TestClient) -> None:
+    ndjson = {"content-type": "application/x-ndjson"}
+    spoken = client.post("/tts/live?speed=1.5", content=b'{"text": "Hi there."}\n', headers=ndjson)
+    assert spoken.status_code == 200 and len(spoken.content) > 4800, spoken.text
+    refused = client.post("/tts/live", content=b'{"speed": true}\n{"text": "Hi there."}\n', headers=ndjson)
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_input", refused.text
+    assert "speed" in refused.json()["message"]
 
 
 def test_voice_of_an_engine_this_node_lacks_is_a_422(client: TestClient) -> None:

@@ -150,6 +150,8 @@ BASE = {"model": "tts-1", "input": "Hello.", "voice": "alloy"}
     [
         ({"speed": 0.2}, "speed", "greater than or equal to 0.25"),
         ({"speed": 4.01}, "speed", "less than or equal to 4"),
+        ({"speed": True}, "speed", "valid number"),
+        ({"speed": "1.5"}, "speed", "valid number"),
         ({"response_format": "ogg"}, "response_format", "'mp3'"),
         ({"stream_format": "chunks"}, "stream_format", "'sse'"),
         ({"voice": 7}, "voice", 'voice name or an object {"id"'),
@@ -165,6 +167,10 @@ def test_a_bad_field_is_an_openai_error_naming_it(change: dict[str, Any], param:
     error = openai_error_of({**BASE, **change})
     assert error["param"] == param and error["type"] == "invalid_request_error" and error["code"] == "invalid_input"
     assert error["message"].startswith(f"{param}: ") and says in error["message"]
+
+
+def test_an_integer_speed_is_a_number() -> None:
+    assert SpeechRequest.model_validate({**BASE, "speed": 2}).speed == 2.0
 
 
 def test_missing_fields_are_all_named_and_the_first_is_the_param() -> None:
@@ -217,12 +223,15 @@ def test_the_voice_table_takes_overrides_and_new_names() -> None:
             voice_table(bad)
 
 
-def test_voices_resolve_through_the_table_and_the_object_form_is_taken_as_is() -> None:
+def test_voices_resolve_through_the_table_as_a_name_or_an_object_alike() -> None:
     table = voice_table({"alloy": "af_heart"})
-    assert resolve_voice("alloy", table) == "af_heart"
-    assert resolve_voice("af_bella(2)+af_sky(1)", table) == "af_bella(2)+af_sky(1)"
-    assert resolve_voice("3f2a9c0d1e2b4a5c", table) == "3f2a9c0d1e2b4a5c"
-    assert resolve_voice(VoiceObject(id="alloy"), table) == "alloy"
+    for name, voice in [
+        ("alloy", "af_heart"),
+        ("af_bella(2)+af_sky(1)", "af_bella(2)+af_sky(1)"),
+        ("3f2a9c0d1e2b4a5c", "3f2a9c0d1e2b4a5c"),
+    ]:
+        assert resolve_voice(name, table) == voice
+        assert resolve_voice(VoiceObject(id=name), table) == voice, name
 
 
 STATUS_EXCEPTIONS = [

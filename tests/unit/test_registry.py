@@ -21,7 +21,7 @@ import soundfile as sf
 
 from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
 from tests.support.voices import npy
-from voicebank import registry
+from voicebank import bundles, registry
 from voicebank.ids import check_voice_id, compute_voice_id, is_voice_id
 from voicebank.registry import Registration, VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
@@ -437,6 +437,40 @@ def test_a_fresh_unfinished_registration_is_left_to_the_node_writing_it(root: Pa
     _voice_folder(root, "6666666666666666", {"engine": "voxcpm"}).rename(root / ".tmp-6666666666666666-z")
     assert len(VoiceRegistry(root)) == 0
     assert os.listdir(root) == [".tmp-6666666666666666-z"]
+
+
+def _import_stalled(root: str, bundle: bytes, writing: Any) -> None:
+    """Import a bundle in this process and stall between the voice's files and its meta.json (written last), as a
+    node that is killed there would stop."""
+
+    def stall(*_: object) -> None:
+        writing.set()
+        threading.Event().wait()
+
+    registry._write_json = stall  # type: ignore[assignment]  # this process's own copy
+    VoiceRegistry(Path(root)).register(bundles.registration(bundle, 1 << 24))
+
+
+def test_a_bundle_import_killed_mid_write_is_swept_at_the_next_start(reg: VoiceRegistry, root: Path) -> None:
+    """A `.tmp-` folder is left alone while the process writing it runs (even one of this host); once it has died, the
+    next start removes it at once instead of an hour later."""
+    entry, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
+    bundle = bundles.export(entry)
+    reg.delete(entry.voice_id)
+    context = multiprocessing.get_context("fork") if sys.platform == "linux" else multiprocessing.get_context("spawn")
+    writing = context.Event()
+    importer = context.Process(target=_import_stalled, args=(str(root), bundle, writing), daemon=True)
+    importer.start()
+    try:
+        assert writing.wait(60)
+        (unfinished,) = [name for name in os.listdir(root) if name.startswith(".tmp-")]
+        assert len(VoiceRegistry(root)) == 0 and unfinished in os.listdir(root)  # another process's write under way
+    finally:
+        importer.kill()
+        importer.join(30)
+    assert unfinished in os.listdir(root)
+    assert len(VoiceRegistry(root)) == 0
+    assert not [name for name in os.listdir(root) if name.startswith(".tmp-")]
 
 
 def test_delete_is_not_undone_by_a_restart(reg: VoiceRegistry, root: Path) -> None:
