@@ -353,7 +353,6 @@ def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterat
     from gpu.engine_pool import build_engines
     from lifecycle.synthesis import SynthesisService, Voicing
     from settings import load_settings
-    from text.chunking import chunk_text
     from text.languages import resolve_language
 
     settings = load_settings(**overrides)
@@ -368,7 +367,7 @@ def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterat
         options = SynthesisOptions(resolve_language(voice.language), FAMILIES[engine.name].param_defaults())
 
         def speak(text: str) -> Iterator[Any]:
-            chunks = chunk_text(text, *SynthesisService.caps(engine, None, None))
+            chunks = engine.spoken_text(text, options).chunks(*SynthesisService.caps(engine, None, None))
             voicing = Voicing(engine, options, timed=False)
             for index, chunk in enumerate(chunks):
                 yield from voicing.chunk(chunk, engine.prepare_voice(voice), last=index == len(chunks) - 1)

@@ -1,7 +1,7 @@
 """The one small interface every engine implements; the ModelManager owns each engine's lifetime.
 
-All methods except the cheap descriptive ones (`builtin_voices`, `describe`, `check_language`) run on the single
-GPU thread.
+All methods except the cheap descriptive ones (`builtin_voices`, `describe`, `check_language`, `spoken_text`) run
+on the single GPU thread.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from audio.word_timings import WordTiming
 from errors import Unavailable
 from text.languages import Language
+from text.spoken import Spoken
 from voicebank.voice_entry import VoiceEntry
 
 ENV_PREFIX = "POLYTTS_"
@@ -205,18 +206,26 @@ class Engine(ABC):
     def prepare_voice(self, voice: VoiceRef) -> object:
         """Per-voice work done once and cached by the engine until unload; returns the handle `stream` takes."""
 
+    def spoken_text(self, text: str, options: SynthesisOptions) -> Spoken:
+        """What this engine says for `text` (as written, whitespace normalized) under `options`: the text it reads once
+        it has rewritten it (numbers read out, what it cannot read skipped), traced back to the text as written. The
+        service limits and chunks this text; `stream` then takes chunks of it and speaks them as they are. Cheap, and
+        called off the GPU thread. By default the text is spoken as written."""
+        return Spoken.of(text)
+
     @abstractmethod
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
-        """Float32 mono audio for one text chunk, in pieces as they are produced."""
+        """Float32 mono audio for one text chunk (of `spoken_text`'s text), in pieces as they are produced."""
 
     word_timings = False
     """Whether `stream_timed` can tell when each word is spoken."""
 
     def stream_timed(
-        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0
+        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0, written: str | None = None
     ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
         """`stream` with the words that end in each piece, in seconds of the response's audio (`offset`: where this
-        chunk starts in it). Only engines with `word_timings`."""
+        chunk starts in it); the words are those of `written`, the text as written that `text` speaks (None: `text`
+        itself). Only engines with `word_timings`."""
         raise NotImplementedError(f"{self.name} cannot time words")
 
     def release(self) -> None:

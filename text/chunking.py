@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, overload
@@ -26,7 +27,11 @@ class Chunk:
     """One generation's text and the boundary that ends it."""
 
     text: str
+    """What the engine speaks: the text as spoken (text/spoken.py), whose characters every cap counts."""
     pause: Pause
+    written: str | None = None
+    """The text as written that `text` speaks, where the two differ ("$4.50" for "four dollars and fifty cents"):
+    word timings name its words."""
 
 
 _CLOSERS = "\"'”’»)\\]}」』）】〕〉》"
@@ -319,8 +324,11 @@ def _take(
     return [_Piece(first.start, head_end, "none")], [_Piece(rest_start, first.end, first.pause), *pieces[1:]]
 
 
-def _chunk(text: str, pieces: Sequence[_Piece]) -> Chunk:
-    return Chunk(_clean(text[pieces[0].start : pieces[-1].end]), pieces[-1].pause)
+def _chunk(text: str, pieces: Sequence[_Piece], written: Callable[[int, int], str] | None = None) -> Chunk:
+    start, end = pieces[0].start, pieces[-1].end
+    spoken = _clean(text[start:end])
+    as_written = _clean(written(start, end)) if written is not None else spoken
+    return Chunk(spoken, pieces[-1].pause, None if as_written == spoken else as_written)
 
 
 def _caps(first_chunk_chars: int, max_chunk_chars: int) -> tuple[int, int, int]:
@@ -344,14 +352,30 @@ def normalize_text(text: str) -> str:
     return "\n\n".join(p for p in cleaned if p)
 
 
+def is_speakable(text: str) -> bool:
+    """Whether the text holds something to speak: a letter, a digit or a symbol, not only spaces and punctuation."""
+    return any(unicodedata.category(char)[0] in "LNS" for char in text)
+
+
 def split_sentences(text: str) -> list[str]:
     """Sentences of the text; full stops of abbreviations, initials and decimals do not end one."""
     text = normalize_text(text)
+    return [_clean(text[start:end]) for start, end in sentence_spans(text)]
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Where each sentence of a text already normalized (`normalize_text`) starts and ends; none holds a line break."""
     pieces, _ = _pieces(text, 0, final=True)
-    return [_chunk(text, sentence).text for sentence in _sentences(pieces)]
+    return [(sentence[0].start, sentence[-1].end) for sentence in _sentences(pieces)]
 
 
-def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sentences: int = 0) -> list[Chunk]:
+def chunk_text(
+    text: str,
+    first_chunk_chars: int,
+    max_chunk_chars: int,
+    max_sentences: int = 0,
+    written: Callable[[int, int], str] | None = None,
+) -> list[Chunk]:
     """Split text into model-sized chunks that end where a speaker pauses; each says which pause ends it.
 
     - The first chunk is the first sentence when it fits in `first_chunk_chars`, so the first audio comes early.
@@ -362,6 +386,8 @@ def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sent
       run across a paragraph break; a sentence longer than the cap is split at clause marks the same way, and a
       clause longer than the cap is cut into near-equal parts at natural gaps.
     - Caps of 0 mean unlimited. Chunk texts have whitespace collapsed; joined, they give the normalized text back.
+    - `written`, for a text as spoken (already normalized: `Spoken.chunks`), gives the written text that
+      `text[start:end]` speaks: each chunk carries it.
     """
     text = normalize_text(text)
     pieces, _ = _pieces(text, 0, final=True)
@@ -375,7 +401,7 @@ def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sent
         head, rest = first, []
     else:
         head, rest = _take(text, first, first_cap, first_hard, balanced=False)
-    chunks = [_chunk(text, head)]
+    chunks = [_chunk(text, head, written)]
     current: list[_Piece] = []
     count = 0
     for sentence in [rest, *sentences[1:]] if rest else sentences[1:]:
@@ -384,7 +410,7 @@ def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sent
             or (max_sentences and count >= max_sentences)
             or current[-1].pause == "paragraph"
         ):
-            chunks.append(_chunk(text, current))
+            chunks.append(_chunk(text, current, written))
             current, count = [], 0
         if _span(text, sentence[0].start, sentence[-1].end) <= cap:
             current += sentence
@@ -395,9 +421,9 @@ def chunk_text(text: str, first_chunk_chars: int, max_chunk_chars: int, max_sent
                 head, sentence = sentence, []
             else:
                 head, sentence = _take(text, sentence, cap, cap, balanced=True)
-            chunks.append(_chunk(text, head))
+            chunks.append(_chunk(text, head, written))
     if current:
-        chunks.append(_chunk(text, current))
+        chunks.append(_chunk(text, current, written))
     return chunks
 
 
@@ -413,6 +439,7 @@ class PhraseSegmenter:
     """
 
     def __init__(self, first_chunk_chars: int, max_chunk_chars: int) -> None:
+        self.first_chunk_chars, self.max_chunk_chars = first_chunk_chars, max_chunk_chars
         self._first_cap, self._first_hard, self._cap = _caps(first_chunk_chars, max_chunk_chars)
         self._text = ""
         self._pos = 0
@@ -422,6 +449,10 @@ class PhraseSegmenter:
     def pending(self) -> str:
         """Text received and not yet emitted in a chunk."""
         return self._text[self._pos :]
+
+    def longest(self, first: bool) -> int:
+        """The longest a chunk may be: the first one (its hard cap, see `_caps`), or any later one."""
+        return self._first_hard if first else self._cap
 
     def feed(self, text: str) -> list[Chunk]:
         self._text += text

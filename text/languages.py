@@ -27,6 +27,8 @@ class Language:
     """pip requirement that provides `module`."""
     kokoro_prefix: str = ""
     """First letter of Kokoro's voice names in this language (`a` in `af_heart`); also Kokoro's lang_code."""
+    scripts: frozenset[str] = frozenset({"Latin"})
+    """The scripts its G2P reads (text/scripts.py names them); letters of any other are skipped, not spelled out."""
 
     def missing_package(self) -> str | None:
         """The pip requirement to install when this language's G2P is not importable, else None."""
@@ -43,18 +45,37 @@ _LANGUAGES = (
     (Language("en-gb", "British English", "espeak", kokoro_prefix="b"), ("en-gb", "en-uk", "british english")),
     (Language("es", "Spanish", "espeak", kokoro_prefix="e"), ("es", "es-es", "spanish", "español")),
     (Language("fr-fr", "French", "espeak", kokoro_prefix="f"), ("fr", "fr-fr", "french", "français")),
-    (Language("hi", "Hindi", "espeak", kokoro_prefix="h"), ("hi", "hi-in", "hindi")),
+    (
+        Language("hi", "Hindi", "espeak", kokoro_prefix="h", scripts=frozenset({"Devanagari", "Latin"})),
+        ("hi", "hi-in", "hindi"),
+    ),
     (Language("it", "Italian", "espeak", kokoro_prefix="i"), ("it", "it-it", "italian", "italiano")),
     (
         Language("pt-br", "Brazilian Portuguese", "espeak", kokoro_prefix="p"),
         ("pt", "pt-br", "portuguese", "português"),
     ),
     (
-        Language("ja", "Japanese", "ja", module="pyopenjtalk", package="pyopenjtalk-plus", kokoro_prefix="j"),
+        Language(
+            "ja",
+            "Japanese",
+            "ja",
+            module="pyopenjtalk",
+            package="pyopenjtalk-plus",
+            kokoro_prefix="j",
+            scripts=frozenset({"Hiragana", "Katakana", "Kana", "Han", "Latin"}),
+        ),
         ("ja", "ja-jp", "jp", "japanese", "日本語"),
     ),
     (
-        Language("zh", "Mandarin Chinese", "zh", module="jieba", package="'misaki[zh]'", kokoro_prefix="z"),
+        Language(
+            "zh",
+            "Mandarin Chinese",
+            "zh",
+            module="jieba",
+            package="'misaki[zh]'",
+            kokoro_prefix="z",
+            scripts=frozenset({"Han", "Bopomofo", "Latin"}),
+        ),
         ("zh", "zh-cn", "cmn", "chinese", "mandarin", "mandarin chinese", "中文"),
     ),
 )

@@ -2,18 +2,22 @@
 
 Each complete phrase is cut by the same rules as every other request's text (`PhraseSegmenter`: no break inside a
 phrase) and waits, in order, for the GPU thread to take it. While none of the request's phrases waits to be spoken,
-a clause is released as soon as it is complete; while some wait, clauses are packed as on the other routes. The
-messages that carry the text, and their timeouts, are the web layer's (web/live_transport.py).
+a clause is released as soon as it is complete; while some wait, clauses are packed as on the other routes. Each
+phrase is rewritten as the engine says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a
+phrase longer as spoken than the cap it was cut for is cut again, so that one step stays one step's worth of audio.
+The messages that carry the text, and their timeouts, are the web layer's (web/live_transport.py).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Callable
 
 from errors import PayloadTooLarge
-from text.chunking import Chunk, PhraseSegmenter
+from text.chunking import Chunk, PhraseSegmenter, is_speakable
+from text.spoken import Spoken, check_spoken_length
 
 
 class LiveText:
@@ -23,14 +27,28 @@ class LiveText:
     unit_chars: tuple[int, ...] = ()
     """The phrases are not known in advance (admission plans the request without them)."""
 
-    def __init__(self, segmenter: PhraseSegmenter, max_chars: int, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        segmenter: PhraseSegmenter,
+        max_chars: int,
+        wake: Callable[[], None],
+        speak: Callable[[str], Spoken] = Spoken.of,
+        max_spoken_chars: int = 0,
+    ) -> None:
+        """`speak`: a phrase as the engine will say it (`Engine.spoken_text` with the request's options);
+        `max_chars` and `max_spoken_chars` (0: no limit) bound all the request's text, as written and as spoken."""
         self._segmenter = segmenter
         self._max_chars = max_chars
         self._wake = wake
+        self._speak = speak
+        self._max_spoken_chars = max_spoken_chars
         self._chunks: collections.deque[Chunk] = collections.deque()
         self._closed = False
         self._lock = threading.Lock()
+        self._started = False
+        """Whether a phrase is queued yet: the first may be as long as the first chunk may, later ones the cap."""
         self.chars = 0
+        self.spoken_chars = 0
         self.taken: list[Chunk] = []
         """Phrases the GPU thread has taken, in order (for the request's log line)."""
 
@@ -62,17 +80,41 @@ class LiveText:
 
     def close(self) -> None:
         """The end of the text: what is pending is spoken, then the job ends."""
-        chunks = self._segmenter.flush()
+        chunks = self._as_spoken(self._segmenter.flush())
         with self._lock:
             self._chunks.extend(chunks)
             self._closed = True
         self._wake()
 
     def _put(self, chunks: list[Chunk]) -> None:
+        chunks = self._as_spoken(chunks)
         if chunks:
             with self._lock:
                 self._chunks.extend(chunks)
             self._wake()
+
+    def _as_spoken(self, phrases: list[Chunk]) -> list[Chunk]:
+        """The phrases as the engine says them, within the spoken limit; one longer as spoken than a phrase may be
+        (`PhraseSegmenter.longest`) is cut again by `chunk_text`'s rules, its last part ending as the phrase did, and
+        one with nothing left to say (a script the voice cannot read) is dropped."""
+        chunks: list[Chunk] = []
+        for phrase in phrases:
+            spoken = self._speak(phrase.text)
+            self.spoken_chars += len(spoken.text)
+            if self._max_spoken_chars:
+                check_spoken_length(self.chars, self.spoken_chars, self._max_spoken_chars, "a live request's text")
+            if not is_speakable(spoken.text):
+                continue
+            first, self._started = not self._started, True
+            segmenter = self._segmenter
+            if len(spoken.text) <= segmenter.longest(first):
+                written = None if spoken.text == phrase.text else phrase.text
+                chunks.append(Chunk(spoken.text, phrase.pause, written))
+                continue
+            cap = segmenter.max_chunk_chars
+            parts = spoken.chunks(segmenter.first_chunk_chars if first else cap, cap)
+            chunks += [*parts[:-1], dataclasses.replace(parts[-1], pause=phrase.pause)]
+        return chunks
 
     def ready(self) -> bool:
         with self._lock:

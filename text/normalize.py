@@ -3,7 +3,8 @@
 The phonemizer reads "$4.50" as "dollar four point five zero" and turns the full stops of "p.m." or "St." into
 pauses; this module rewrites such tokens into the words an American speaker says ("four dollars and fifty cents").
 It runs for en-us and en-gb on every request, so it is one pass of one compiled regular expression over the text,
-with the number words from `inflect`. It never raises: a token it cannot read stays as it was.
+with the number words from `inflect`. It never raises: a token it cannot read stays as it was. Each rewritten token is
+an edit of a `Spoken` text, so the words it becomes are traced back to the token as written (word timings name it).
 
 Chosen over full normalization grammars (wetext's English FSTs, NeMo text processing) after judging them on the
 same table of cases (tests/unit/test_normalize.py): wetext reads "$4.50" as "four point five dollars", "1,234" without
@@ -17,16 +18,19 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import inflect
 
-from text.chunking import split_sentences
+from text.chunking import sentence_spans
+from text.spoken import Edit, Spoken
 
 log = logging.getLogger("polytts.normalize")
 
 _MAX_NUMBER_DIGITS = 15
-"""Longer digit runs (ids, hostile input) are read digit by digit, as people read them."""
+"""Longer digit runs (ids, hostile input) are read digit by digit in groups, as people read them."""
+_GROUP_DIGITS = 4
+"""A long digit run without separators is read in groups of at most this many digits, a pause between groups."""
 
 _DIGIT_WORDS = "zero one two three four five six seven eight nine".split()
 _MONTHS = "January February March April May June July August September October November December".split()
@@ -217,12 +221,27 @@ class _Words:
         return engine
 
     def cardinal(self, digits: str) -> str:
-        """A whole number: "1,234" one thousand two hundred thirty-four; long runs and leading zeros digit by
-        digit ("007", an id)."""
-        digits = digits.replace(",", "")
-        if len(digits) > _MAX_NUMBER_DIGITS or (len(digits) > 1 and digits.startswith("0")):
-            return self.digits(digits)
-        return self._cardinal(int(digits))
+        """A whole number: "1,234" one thousand two hundred thirty-four; leading zeros digit by digit ("007"), and
+        runs longer than a number is said digit by digit in groups (`grouped`)."""
+        plain = digits.replace(",", "")
+        if len(plain) > _MAX_NUMBER_DIGITS:
+            return self.grouped(digits)
+        if len(plain) > 1 and plain.startswith("0"):
+            return self.digits(plain)
+        return self._cardinal(int(plain))
+
+    def grouped(self, digits: str) -> str:
+        """A long run of digits as people read an id or a card number aloud: in the groups its commas make, else in
+        near-equal groups of at most four (17 digits: 4, 4, 3, 3, 3), each digit by digit, a comma between groups.
+        The commas are pauses, and places where a chunk may end."""
+        if "," in digits:
+            groups = [group for group in digits.split(",") if group]
+        else:
+            count = -(-len(digits) // _GROUP_DIGITS)
+            size, longer = divmod(len(digits), count)
+            bounds = [index * size + min(index, longer) for index in range(count + 1)]
+            groups = [digits[start:end] for start, end in zip(bounds, bounds[1:])]
+        return ", ".join(self.digits(group) for group in groups)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 (one module-level instance: the cache lives as long as it)
     def _cardinal(self, value: int) -> str:
@@ -280,29 +299,39 @@ def normalize_english(text: str) -> str:
     """Rewrite numbers, money, dates, times, units, abbreviations, URLs, e-mail addresses and symbols as words.
 
     Sentences keep their final punctuation; an abbreviation's full stop survives only where it ends the sentence
-    ("…, etc." et cetera.). Whitespace is collapsed and line breaks become spaces. Never raises.
+    ("…, etc." et cetera.). Whitespace is collapsed as `normalize_text` does: line breaks stay. Never raises.
     """
-    text = _INVISIBLE.sub("", text)
-    return " ".join(_normalize_sentence(sentence) for sentence in split_sentences(text))
+    return read_english(Spoken.of(text)).text
 
 
-def _normalize_sentence(sentence: str) -> str:
-    def replace(match: re.Match[str]) -> str:
-        kind = match.lastgroup or ""
-        token = match.group()
-        try:
-            spoken = _READERS[kind](match)
-        except Exception:  # a reader's bug must not fail a request: the token is read as written
-            log.exception("normalization of %r (%s) failed; kept as written", token[:40], kind)
-            return token
-        if token.endswith(".") and not sentence[match.end() :].strip(_AFTER_FINAL_STOP):
-            spoken += "."  # the token's full stop also ended the sentence
-        # Words must not run into their neighbours: "5G" five G, "a&b" a and b.
-        before = " " if sentence[match.start() - 1 : match.start()].isalnum() else ""
-        after = " " if sentence[match.end() : match.end() + 1].isalnum() else ""
-        return before + spoken + after
+def read_english(spoken: Spoken) -> Spoken:
+    """`spoken` with its English rewritten as `normalize_english` does, each token's words traced to the token."""
+    spoken = spoken.edited((match.start(), match.end(), "") for match in _INVISIBLE.finditer(spoken.text))
+    text = spoken.text
+    return spoken.edited(edit for start, end in sentence_spans(text) for edit in _sentence_edits(text, start, end))
 
-    return " ".join(_TOKEN.sub(replace, sentence).split())
+
+def _sentence_edits(text: str, start: int, end: int) -> Iterator[Edit]:
+    """The rewritten tokens of the sentence text[start:end]; readers look at the sentence around their token."""
+    sentence = text[start:end]
+    for match in _TOKEN.finditer(sentence):
+        yield start + match.start(), start + match.end(), _spoken_token(sentence, match)
+
+
+def _spoken_token(sentence: str, match: re.Match[str]) -> str:
+    kind = match.lastgroup or ""
+    token = match.group()
+    try:
+        spoken = _READERS[kind](match)
+    except Exception:  # a reader's bug must not fail a request: the token is read as written
+        log.exception("normalization of %r (%s) failed; kept as written", token[:40], kind)
+        return token
+    if token.endswith(".") and not sentence[match.end() :].strip(_AFTER_FINAL_STOP):
+        spoken += "."  # the token's full stop also ended the sentence
+    # Words must not run into their neighbours: "5G" five G, "a&b" a and b.
+    before = " " if sentence[match.start() - 1 : match.start()].isalnum() else ""
+    after = " " if sentence[match.end() : match.end() + 1].isalnum() else ""
+    return before + spoken + after
 
 
 _AFTER_FINAL_STOP = "\"'”’»)]} "
@@ -455,7 +484,7 @@ def _read_value(value: str) -> str:
     """A bare number: years are said as years, the rest as cardinals or decimals."""
     if "." not in value and "," not in value and len(value) == 4 and 1100 <= int(value) <= 2009:
         return _words.year(int(value))
-    return _words.number(value.replace(",", ""))
+    return _words.number(value)  # its commas, if any, group a number too long to say (`_Words.grouped`)
 
 
 def _read_number(match: re.Match[str]) -> str:

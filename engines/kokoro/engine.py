@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from audio.word_timings import WordClock, WordTiming, align_words
+from engines.artefacts import PreparedVoices
 from engines.base import (
     BlendVoice,
     BuiltinVoice,
@@ -35,7 +36,9 @@ from engines.kokoro.voicepacks import read_stored_pack
 from errors import InvalidInput
 from gpu.runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text.languages import Language, voice_gender, voice_language
-from text.normalize import normalize_english
+from text.normalize import read_english
+from text.scripts import skip_unreadable
+from text.spoken import Spoken
 from voicebank.voice_entry import VoiceEntry
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -68,6 +71,7 @@ class KokoroEngine(Engine):
         mlx_model: str = "",
         mlx_cache_mb: int = 0,
         threads: int = 0,
+        max_packs: int = 64,
         caps: EngineCaps,
     ) -> None:
         self.requested = backend
@@ -85,7 +89,9 @@ class KokoroEngine(Engine):
             self.backend = self._make_backend(choose_backend(backend, None, mlx))
         self.g2p: G2P | None = None
         self.stock = StockVoices()
-        self._voices: dict[str, np.ndarray] = {}
+        self._voices: PreparedVoices[np.ndarray] = PreparedVoices(
+            self.name, max_packs, setting="POLYTTS_KOKORO_MAX_PACKS_MEM"
+        )
 
     def _make_backend(self, name: BackendName) -> KokoroBackend:
         if name == "onnx":
@@ -131,7 +137,7 @@ class KokoroEngine(Engine):
     def unload(self) -> None:
         if self.backend is not None:
             self.backend.unload()
-        self._voices = {}
+        self._voices.clear()
 
     def release(self) -> None:
         if self.backend is not None:
@@ -147,12 +153,9 @@ class KokoroEngine(Engine):
             raise InvalidInput(f"Kokoro cannot speak {language.name}", code="unsupported_language")
 
     def prepare_voice(self, voice: VoiceRef) -> np.ndarray:
-        """The style pack of a voice, resolved once (blends mixed once) and kept until unload."""
-        key = _voice_key(voice)
-        pack = self._voices.get(key)
-        if pack is None:
-            pack = self._voices[key] = self._resolve(voice)
-        return pack
+        """The style pack of a voice, resolved once (blends mixed once) and kept while it is among the
+        POLYTTS_KOKORO_MAX_PACKS_MEM most recently used; one pushed out is resolved again when next used."""
+        return self._voices.get(_voice_key(voice), lambda: self._resolve(voice))
 
     def _resolve(self, voice: VoiceRef) -> np.ndarray:
         assert self.backend is not None
@@ -168,6 +171,14 @@ class KokoroEngine(Engine):
             )
         return read_stored_pack(voice.pack_path, voice.voice_id)
 
+    def spoken_text(self, text: str, options: SynthesisOptions) -> Spoken:
+        """Runs of a script the language does not read skipped (espeak-ng would name each letter: "Hebrew letter
+        shin"), then English normalized (text/normalize.py) unless the request's `normalize` is false."""
+        spoken = skip_unreadable(Spoken.of(text), options.language)
+        if bool(options.params.get("normalize", True)) and options.language.code in ENGLISH:
+            spoken = read_english(spoken)
+        return spoken
+
     word_timings = True
 
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
@@ -175,24 +186,33 @@ class KokoroEngine(Engine):
             yield audio
 
     def stream_timed(
-        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0
+        self, text: str, voice: object, options: SynthesisOptions, offset: float = 0.0, written: str | None = None
     ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
-        """`stream` with word timings: each piece of audio comes with the words that end in it, in seconds of the
-        response's audio given `offset`, where this chunk's audio starts in it."""
-        return self._spoken(text, voice, options, timed=True, offset=offset)
+        """`stream` with word timings: each piece of audio comes with the words of `written` (the text as written
+        that `text` speaks; None: `text`) that end in it, in seconds of the response's audio given `offset`, where
+        this chunk's audio starts in it."""
+        return self._spoken(text, voice, options, timed=True, offset=offset, written=written)
 
     def _spoken(
-        self, text: str, voice: object, options: SynthesisOptions, timed: bool, offset: float = 0.0
+        self,
+        text: str,
+        voice: object,
+        options: SynthesisOptions,
+        timed: bool,
+        offset: float = 0.0,
+        written: str | None = None,
     ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
         assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
         g2p, language, backend = self.g2p, options.language, self.backend
-        normalized = bool(options.params.get("normalize", True)) and language.code in ENGLISH
-        read = normalize_english if normalized else str
-        phonemes = g2p.phonemize(read(text), language)
+        phonemes = g2p.phonemize(text, language)  # already as spoken (`spoken_text`): never normalized twice
         clock = None
         if timed:  # words as written, each read as the model reads it ("$4.50" spans all it is spoken as)
             tokens = "".join(p for p in phonemes if p in backend.vocab)
-            spans = align_words(text, tokens, lambda word: g2p.phonemize(read(word), language))
+            spans = align_words(
+                text if written is None else written,
+                tokens,
+                lambda word: g2p.phonemize(self.spoken_text(word, options).text, language),
+            )
             clock = WordClock(spans, self.sample_rate, offset)
         speed = float(options.params.get("speed", 1.0))
         for window in self._token_windows(phonemes):
@@ -247,6 +267,7 @@ def build(settings: KokoroSettings, context: EngineContext) -> KokoroEngine:
         mlx_model=settings.mlx_kokoro_model,
         mlx_cache_mb=context.mlx_cache_mb,
         threads=settings.onnx_threads,
+        max_packs=settings.kokoro_max_packs_mem,
         caps=EngineCaps(first_chunk_chars=context.first_chunk_chars, max_chunk_chars=context.chunk_chars),
     )
 

@@ -15,8 +15,9 @@ import pytest
 import soundfile as sf
 from fastapi.testclient import TestClient
 
+from engines.base import SynthesisOptions
 from tests.support.apps import InProcessApp
-from tests.support.clips import wav_clip
+from tests.support.clips import decode_wav, wav_clip
 from tests.support.servers import no_tracebacks
 from tests.support.voices import npy, pack_values
 
@@ -202,6 +203,59 @@ def test_a_pack_damaged_under_the_running_server_answers_its_own_error(client: T
     assert client.delete(f"/voices/{voice_id}").status_code == 200
     assert register_pack(client, 6) == voice_id
     assert client.post("/tts", json={"text": SENTENCE, "voice_id": voice_id}).status_code == 200
+
+
+# --- text whose work is out of proportion to its length as written ---------------------------------------------------
+
+MONEY = "$999,999,999,999.99 "
+
+
+def test_money_that_multiplies_when_spoken_is_refused_naming_the_limit(client: TestClient, app: InProcessApp) -> None:
+    reply = client.post("/tts/stream", json={"text": MONEY * 250, "voice": "af_heart"})  # 5,000 characters
+    assert reply.status_code == 413 and reply.json()["code"] == "spoken_too_long", reply.text
+    message = reply.json()["message"]
+    assert "4999 characters as written and 38749 as spoken" in message and "POLYTTS_MAX_SPOKEN_CHARS" in message
+    no_tracebacks(app)
+
+
+@pytest.mark.parametrize(
+    ("text", "script"),
+    [(("שלום עולם " * 500)[:5000], "Hebrew"), ("你好世界，" * 40, "Han"), ("Привет, мир! " * 20, "Cyrillic")],
+)
+def test_a_script_an_english_voice_cannot_read_is_refused_when_nothing_else_is_left(
+    client: TestClient, text: str, script: str
+) -> None:
+    reply = client.post("/tts/stream", json={"text": text, "voice": "af_heart"})
+    assert reply.status_code == 422 and reply.json()["code"] == "unreadable_text", reply.text
+    assert script in reply.json()["message"]
+
+
+def test_a_script_an_english_voice_cannot_read_is_skipped_beside_english(client: TestClient) -> None:
+    mixed = client.post("/tts", json={"text": "Peace is " + "שלום " * 40 + "in Hebrew.", "voice": "af_heart"})
+    assert mixed.status_code == 200, mixed.text
+    samples, rate = decode_wav(mixed.content)
+    assert len(samples) / rate < 3.0  # spelled out, the 200 Hebrew characters alone were 70 s
+    # the same text as spoken: the same audio, from the cache
+    alone = client.post("/tts", json={"text": "Peace is in Hebrew.", "voice": "af_heart"})
+    assert alone.headers["x-cache"] == "hit" and alone.content == mixed.content
+
+
+def test_each_step_speaks_at_most_one_chunk_cap_of_spoken_characters(
+    client: TestClient, app: InProcessApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = client.app.state.service.pool.engines["kokoro"]  # type: ignore[attr-defined]
+    real = engine.stream
+    steps: list[str] = []
+
+    def recorded(text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
+        steps.append(text)  # what the GPU thread gave the real engine, one chunk a step
+        return real(text, voice, options)
+
+    monkeypatch.setattr(engine, "stream", recorded)
+    reply = client.post("/tts/stream", json={"text": "Pay " + MONEY * 2 + "today.", "voice": "af_heart"})
+    assert reply.status_code == 200 and reply.content, reply.text
+    assert len(steps) >= 3 and all(len(text) <= app.settings.chunk_chars for text in steps), steps
+    assert " ".join(steps).startswith("Pay nine hundred ninety-nine billion") and steps[-1].endswith("today.")
 
 
 # --- a full disk ------------------------------------------------------------------------------------------------------

@@ -8,23 +8,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.base import BuiltinVoice, EngineCaps, EngineContext, EngineLoadError, SynthesisOptions
+from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineContext, EngineLoadError, SynthesisOptions
 from engines.kokoro.backend import MAX_TOKENS
+from engines.kokoro.blends import BlendPart, canonical_blend
 from engines.kokoro.config import KokoroSettings
 from engines.kokoro.engine import SPEC as KOKORO
 from engines.kokoro.engine import KokoroEngine, choose_backend
 from errors import InvalidInput, NotFound
 from models.assemble import model_sum
+from tests.support.voices import npy, pack_values
 from text.languages import resolve_language
 from text.normalize import normalize_english
+from voicebank.registry import Registration, VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)
 ENGLISH = SynthesisOptions(language=resolve_language("en"))
 
 
-def onnx_engine(model_dir: Path) -> KokoroEngine:
-    return KokoroEngine(backend="onnx", runtime="cpu", onnx_dir=model_dir, torch_model="", threads=2, caps=CAPS)
+def onnx_engine(model_dir: Path, max_packs: int = 64) -> KokoroEngine:
+    return KokoroEngine(
+        backend="onnx", runtime="cpu", onnx_dir=model_dir, torch_model="", threads=2, max_packs=max_packs, caps=CAPS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +193,12 @@ def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None
     handle = engine.prepare_voice(BuiltinVoice("af_heart", "en-us", "kokoro"))
     raw = "It cost $1,234.56 on 2024-03-03."
 
-    def audio(text: str, normalize: bool) -> np.ndarray:
+    def spoken_text(text: str, normalize: bool) -> str:
         options = SynthesisOptions(resolve_language("en"), {"speed": 1.0, "normalize": normalize})
+        return engine.spoken_text(text, options).text
+
+    def audio(text: str) -> np.ndarray:
+        options = SynthesisOptions(resolve_language("en"), {"speed": 1.0})
         return np.concatenate(list(engine.stream(text, handle, options)))
 
     spoken = normalize_english(raw)
@@ -197,8 +206,11 @@ def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None
         spoken
         == "It cost one thousand two hundred thirty-four dollars and fifty-six cents on March third, twenty twenty-four."
     )
-    assert np.array_equal(audio(raw, True), audio(spoken, False))  # what the model hears is the normalized text
-    assert not np.array_equal(audio(raw, False), audio(spoken, False))  # normalize: false leaves the text alone
+    assert spoken_text(raw, True) == spoken  # what the model hears is the normalized text
+    assert spoken_text(raw, False) == raw  # normalize: false leaves the text alone
+    assert np.array_equal(audio(spoken), audio(spoken_text(raw, True)))
+    # `stream` speaks its text as it is: normalizing is done once, before (a normalized text is not read again)
+    assert not np.array_equal(audio(raw), audio(spoken))
 
 
 def test_inference_returns_each_tokens_frames(engine: KokoroEngine) -> None:
@@ -212,3 +224,33 @@ def test_inference_returns_each_tokens_frames(engine: KokoroEngine) -> None:
     assert np.array_equal(backend.infer(tokens, style, 1.0), audio)
     _, faster = backend.infer_timed(tokens, style, 2.0)  # speed is applied before rounding
     assert faster.sum() < 0.7 * durations.sum()
+
+
+def blend(*voices: BuiltinVoice | VoiceEntry) -> BlendVoice:
+    """An equal mix of `voices`, as the catalog resolves a formula."""
+    parts = [BlendPart(v.voice_id if isinstance(v, VoiceEntry) else v.name, 1.0) for v in voices]
+    return BlendVoice(canonical_blend(parts), "kokoro", tuple((v, 1 / len(voices)) for v in voices))
+
+
+def test_packs_in_memory_are_bounded_and_one_pushed_out_speaks_again(assembled_model: Path, tmp_path: Path) -> None:
+    """Every distinct blend is a pack of its own (0.52 MB): POLYTTS_KOKORO_MAX_PACKS_MEM bounds how many stay, and a
+    blend pushed out, a registered pack among its parts, is mixed again, the same, when it is next asked for."""
+    kokoro = onnx_engine(assembled_model, max_packs=4)
+    kokoro.load()
+    registered, _ = VoiceRegistry(tmp_path / "voices").register(
+        Registration(audio=b"", engine="kokoro", voice_pack=npy(pack_values(3)), voice_pack_filename="mine.npy")
+    )
+    stock = kokoro.builtin_voices()
+    first = blend(registered, stock[0])
+    mixed = kokoro.prepare_voice(first)
+    options = SynthesisOptions(resolve_language("en"))
+    spoken = np.concatenate(list(kokoro.stream("A blend.", mixed, options)))
+    for a, b in zip(stock[1:21], stock[2:22]):
+        kokoro.prepare_voice(blend(a, b))
+        assert len(kokoro._voices) <= 4
+    assert len(kokoro._voices) == 4
+    again = kokoro.prepare_voice(first)
+    assert again is not mixed and np.array_equal(again, mixed)  # pushed out, then mixed again from its parts
+    assert np.array_equal(np.concatenate(list(kokoro.stream("A blend.", again, options))), spoken)
+    kokoro.unload()
+    assert len(kokoro._voices) == 0

@@ -121,8 +121,8 @@ def test_the_table_is_large_enough() -> None:
 def test_sentences_and_their_final_punctuation_survive() -> None:
     text = "Dr. Smith paid $3.50. He left at 5 p.m.\n\nThen it rained, etc. The end"
     assert normalize_english(text) == (
-        "Doctor Smith paid three dollars and fifty cents. He left at five PM. Then it rained, et cetera. The end"
-    )
+        "Doctor Smith paid three dollars and fifty cents. He left at five PM.\n\nThen it rained, et cetera. The end"
+    )  # the paragraph break stays: it is a longer pause, and no chunk runs across it
 
 
 @pytest.mark.parametrize(
@@ -156,9 +156,43 @@ def test_invisible_characters_are_dropped() -> None:
     assert normalize_english("hel\u200blo\u200d wor\ufeffld 1\u00ad2") == "hello world twelve"
 
 
-def test_long_digit_runs_are_read_digit_by_digit() -> None:
-    spoken = normalize_english("Order 12345678901234567890.")
-    assert spoken == "Order " + " ".join("one two three four five six seven eight nine zero".split() * 2) + "."
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        (
+            "Order 12345678901234567890.",
+            "Order one two three four, five six seven eight, nine zero one two, three four five six, seven eight nine "
+            "zero.",
+        ),
+        # near-equal groups of at most four: 17 digits are 4, 4, 3, 3, 3
+        (
+            "Id 12345678901234567",
+            "Id one two three four, five six seven eight, nine zero one, two three four, five six seven",
+        ),
+        # written separators make the groups
+        (
+            "1,234,567,890,123,456,789",
+            "one, two three four, five six seven, eight nine zero, one two three, four five six, seven eight nine",
+        ),
+        # fifteen digits are still a number; a leading zero is still read digit by digit, ungrouped
+        (
+            "999999999999999",
+            "nine hundred ninety-nine trillion nine hundred ninety-nine billion nine hundred ninety-nine million nine hundred ninety-nine thousand nine hundred ninety-nine",
+        ),
+        ("007", "zero zero seven"),
+    ],
+)
+def test_long_digit_runs_are_read_in_groups(text: str, spoken: str) -> None:
+    assert normalize_english(text) == spoken
+
+
+def test_a_long_digit_run_is_bounded_by_its_groups() -> None:
+    """What 5,000 digits become is about five spoken characters a digit, with a pause every four digits at most:
+    a chunker can cut it anywhere between groups, and the spoken limit bounds the whole."""
+    spoken = normalize_english("9" * 5_000)
+    groups = spoken.split(", ")
+    assert len(groups) == 1_250 and set(groups) == {"nine nine nine nine"}
+    assert len(spoken) < 5.5 * 5_000
 
 
 def test_usable_from_several_threads_at_once() -> None:

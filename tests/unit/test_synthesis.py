@@ -193,3 +193,59 @@ async def test_a_japanese_voice_without_its_g2p_names_the_package(service: Servi
     with pytest.raises(InvalidInput) as refused:
         await service.synthesis.plan(TTSRequest(text="こんにちは", voice_id="jf_alpha"))
     assert refused.value.code == "language_not_installed" and "pyopenjtalk-plus" in refused.value.message
+
+
+MONEY = "$999,999,999,999.99 "
+
+
+async def test_the_spoken_limit_counts_the_text_as_the_engine_says_it(service: Service) -> None:
+    plan = service.synthesis.plan
+    with pytest.raises(PayloadTooLarge) as refused:
+        await plan(TTSRequest(text=MONEY * 250))  # 5,000 characters, within POLYTTS_MAX_TEXT_CHARS as written
+    assert refused.value.code == "spoken_too_long"
+    assert "4999 characters as written and 38749 as spoken" in refused.value.message
+    assert "limit is 10000 spoken characters (POLYTTS_MAX_SPOKEN_CHARS)" in refused.value.message
+    within = await plan(TTSRequest(text=MONEY * 60))
+    assert len(within.text) == 9_299 and within.text.startswith("nine hundred ninety-nine billion")
+
+
+async def test_every_chunk_is_capped_in_spoken_characters(service: Service) -> None:
+    plan = await service.synthesis.plan(TTSRequest(text="Prices: " + MONEY * 30 + "That is all."))
+    first, cap = service.settings.first_chunk_chars, service.settings.chunk_chars
+    assert len(plan.chunks[0].text) <= 2 * first and all(len(chunk.text) <= cap for chunk in plan.chunks)
+    assert len(plan.chunks) >= len(plan.text) // cap
+    # each chunk speaks its part of the text as written: the words word timings name
+    as_written = " ".join(chunk.text if chunk.written is None else chunk.written for chunk in plan.chunks)
+    assert as_written.split() == ("Prices: " + MONEY * 30 + "That is all.").split()
+
+
+async def test_a_script_the_language_cannot_read_is_skipped_not_spelled(service: Service) -> None:
+    plan = service.synthesis.plan
+    mixed = await plan(TTSRequest(text="Peace is שלום in Hebrew.", voice_id="af_heart"))
+    assert mixed.text == "Peace is in Hebrew."
+    assert mixed.cache_key == (await plan(TTSRequest(text="Peace is in Hebrew.", voice_id="af_heart"))).cache_key
+    for text, script in (("שלום עולם ומלואו", "Hebrew"), ("你好，世界。", "Han"), ("Привет, мир!", "Cyrillic")):
+        with pytest.raises(InvalidInput) as refused:
+            await plan(TTSRequest(text=text, voice_id="af_heart"))
+        assert refused.value.code == "unreadable_text" and script in refused.value.message, text
+    chinese = await plan(TTSRequest(text="你好，世界。", voice_id="zf_xiaobei"))  # a Chinese voice reads it
+    assert chinese.text == "你好，世界。"
+
+
+async def test_a_live_request_counts_and_cuts_its_phrases_as_spoken(service: Service) -> None:
+    synthesis = service.synthesis
+    plan = await synthesis.plan_voice(TTSRequest(text="", voice_id="af_heart"))
+    text = synthesis.live_text(plan, lambda: None)
+    text.add("It costs " + MONEY * 3 + "in all. שלום. Thanks.")
+    text.close()
+    chunks = []
+    while (taken := text.take()) is not None:
+        chunks.append(taken[0])
+    assert all(len(chunk.text) <= service.settings.chunk_chars for chunk in chunks) and len(chunks) > 3
+    assert chunks[0].text.startswith("It costs nine hundred") and str(chunks[0].written).startswith("It costs $999")
+    assert chunks[-1].text == "Thanks." and "שלום" not in " ".join(chunk.text for chunk in chunks)
+    too_much = synthesis.live_text(plan, lambda: None)
+    with pytest.raises(PayloadTooLarge) as refused:
+        for _ in range(100):
+            too_much.add(MONEY + ". ")
+    assert refused.value.code == "spoken_too_long" and too_much.chars < service.settings.max_text_chars

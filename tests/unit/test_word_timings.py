@@ -171,7 +171,8 @@ def speak_timed(
 ) -> tuple[np.ndarray, list[WordTiming]]:
     voice = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
     options = SynthesisOptions(resolve_language(code), {"speed": speed})
-    pieces = list(engine.stream_timed(text, voice, options))
+    spoken = engine.spoken_text(text, options)  # as the service plans it: the engine speaks this, timing `text`
+    pieces = list(engine.stream_timed(spoken.text, voice, options, written=text))
     return np.concatenate([audio for audio, _ in pieces]), [word for _, words in pieces for word in words]
 
 
