@@ -16,9 +16,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from errors import InvalidInput, ServiceError, Unauthorized
-from web.http_errors import deny_websocket, error_response
+from gpu.jobs import ANONYMOUS
+from web.http_errors import refuse
 
-ANONYMOUS = "anonymous"
 MAX_FAIRNESS_KEY_CHARS = 64
 LIVE_SUBPROTOCOL = "polytts"
 """The WebSocket subprotocol the live route accepts; a browser, which cannot set headers on a WebSocket, offers its
@@ -80,8 +80,8 @@ def is_public(path: str, public: tuple[str, ...]) -> bool:
 
 class Authenticate:
     """ASGI middleware: decides a request's principal before any route reads its body, so an unauthenticated client
-    gets its 401 without the server parsing (or even receiving) what it sent. Public paths pass without a key; the
-    identity is None there when none was given."""
+    gets its 401 without the server parsing (or even receiving) what it sent, and the refusal is logged and counted
+    (`http_errors.refuse`). Public paths pass without a key; the identity is None there when none was given."""
 
     def __init__(self, app: ASGIApp, keys: ApiKeys, public: tuple[str, ...], retry_after: float) -> None:
         self.app = app
@@ -96,11 +96,9 @@ class Authenticate:
         try:
             identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"))
         except ServiceError as exc:
-            if scope["type"] == "websocket":  # refused before the handshake completes
-                await deny_websocket(exc, self.retry_after, scope, receive, send)
-                return
-            if not is_public(scope["path"], self.public):
-                await error_response(exc, self.retry_after, scope["path"])(scope, receive, send)
+            # A WebSocket is refused before its handshake completes, even on a public path.
+            if scope["type"] == "websocket" or not is_public(scope["path"], self.public):
+                await refuse(exc, self.retry_after, scope, receive, send)
                 return
             identity = None
         scope.setdefault("state", {})["identity"] = identity

@@ -1,11 +1,14 @@
 """The one mapping from errors onto HTTP responses: a JSON body `{"code", "message"}` with the right status.
 
 Everything that can go wrong (a domain error, a body that does not validate, an unknown route or method) becomes a
-`ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`.
+`ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`. A request refused
+before its route ran is answered by `refuse` (a WebSocket handshake by `deny_websocket`), which has a speech route's
+refusal logged and counted by the lifecycle, as the route's other refusals are.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Sequence
 
@@ -14,10 +17,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
 from errors import ServiceError, StreamCut, invalid_fields
+from lifecycle.synthesis import SynthesisService
 from web.openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
@@ -54,6 +59,14 @@ def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
     return sorted({method for route in matching if route.path == template for method in route.methods or ()})
 
 
+def route_path(routes: Sequence[BaseRoute], scope: Scope) -> str | None:
+    """The path template of the route that takes this request (its path and method); None when none does."""
+    for route in iter_route_contexts(routes):
+        if route.matches(scope)[0] == Match.FULL:
+            return route.path
+    return None
+
+
 OPENAI_PREFIX = "/v1/"
 """Routes of the OpenAI surface answer errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`."""
 
@@ -74,18 +87,59 @@ async def cut_on_failure(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         raise StreamCut(f"{exc.code}: {exc.message}") from exc
 
 
+SPEECH_ROUTE = "speech_route"
+"""The key of a scope's state that names a speech route's request by its route (`middleware.AccessLog` sets it): its
+one log line and count are the lifecycle's."""
+_DENIED_HANDSHAKE: contextvars.ContextVar[bool] = contextvars.ContextVar("denied_handshake", default=False)
+"""Set in the ASGI task of a WebSocket whose handshake `deny_websocket` answered."""
+
+
+async def refuse(exc: ServiceError, retry_after: float, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer a request refused before its route ran (its key, its fairness key, its body's size): its error answer,
+    or a denied handshake; a speech route's refusal is logged and counted first."""
+    if scope["type"] == "websocket":
+        await deny_websocket(exc, retry_after, scope, receive, send)
+        return
+    _count_refusal(scope, exc)
+    await error_response(exc, retry_after, scope["path"])(scope, receive, send)
+
+
+def _count_refusal(scope: Scope, exc: ServiceError) -> None:
+    """Before the answer goes out, so that a client that reads /metrics next finds its refusal counted."""
+    route = scope.get("state", {}).get(SPEECH_ROUTE)
+    if route is not None:
+        connection = HTTPConnection(scope)
+        synthesis: SynthesisService = connection.app.state.service.synthesis
+        synthesis.rejected(route, exc, connection.client.host if connection.client else None)
+
+
 async def deny_websocket(exc: ServiceError, retry_after: float, scope: Scope, receive: Receive, send: Send) -> None:
     """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body, Retry-After) where the server
     can send one (the ASGI `websocket.http.response` extension, which uvicorn has); else with a close, which the
-    client sees as a 403."""
+    client sees as a 403. Logged and counted as `refuse` has it."""
+    _count_refusal(scope, exc)
+    _DENIED_HANDSHAKE.set(True)
     if "websocket.http.response" in scope.get("extensions", {}):
         await error_response(exc, retry_after, scope["path"])(scope, receive, send)
     else:
         await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
 
 
+class _DeniedHandshakes(logging.Filter):
+    """Drops uvicorn's ERROR `ASGI callable returned without completing handshake.` for a handshake that
+    `deny_websocket` answered: uvicorn's websockets-sansio protocol (its default) never counts an HTTP answer as the
+    handshake's end (uvicorn PR #3138), so it says so for every refusal. A handshake left unanswered still logs it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_DENIED_HANDSHAKE.get() and record.getMessage().startswith("ASGI callable returned without"))
+
+
+_DENIED_HANDSHAKES = _DeniedHandshakes()
+
+
 def install_error_handlers(app: FastAPI, retry_after: float) -> None:
     """Map every error onto its JSON answer; 429 and 503 always carry Retry-After (`retry_after` by default)."""
+    logging.getLogger("uvicorn.error").addFilter(_DENIED_HANDSHAKES)  # once, however many apps are made
 
     async def on_service_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)

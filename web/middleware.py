@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from errors import PayloadTooLarge, StreamCut
-from web.http_errors import error_response
+from web.http_errors import SPEECH_ROUTE, error_response, refuse, route_path
 
 log = logging.getLogger("polytts.server")
 
@@ -33,14 +33,23 @@ class CutStreams:
 
 
 class AccessLog:
-    """One log line per request with its status and time; the speech routes log their own, with audio timings."""
+    """One log line per request with its status and time. A speech route's request (a route under `own_log`) gets
+    the lifecycle's instead, with audio timings, even when refused before the route ran (`http_errors.refuse`): it
+    is marked with its route in its scope's state (SPEECH_ROUTE)."""
 
     def __init__(self, app: ASGIApp, own_log: tuple[str, ...]) -> None:
         self.app = app
         self.own_log = own_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.own_log):
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith(self.own_log):
+            # The route's template, not the path: a metric label per path a client sends would grow without bound.
+            route = route_path(scope["app"].router.routes, scope)
+            if route is not None:
+                scope.setdefault("state", {})[SPEECH_ROUTE] = route.strip("/")
+                await self.app(scope, receive, send)
+                return
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -76,7 +85,7 @@ class BodyLimit:
         too_large = PayloadTooLarge(f"request body is larger than {self.limit} bytes", code="body_too_large")
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
-            await error_response(too_large, self.retry_after, scope["path"])(scope, receive, send)
+            await refuse(too_large, self.retry_after, scope, receive, send)
             return
         received = 0
         refused = False

@@ -1,0 +1,142 @@
+"""Requests refused before their route runs, in this process: on every speech route a missing or wrong key, a bad
+X-Fairness-Key, a body over the limit and a handshake to a draining node are each one log line and one count in
+`polytts_requests_total`, as the route's other refusals are."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import WebSocketDenialResponse
+
+from server import MAX_JSON_BODY_BYTES
+from tests.support.apps import InProcessApp
+
+KEY = "refusal-secret"
+WEBSOCKET = "WEBSOCKET"
+SPEECH_ROUTES = [
+    ("POST", "/tts"),
+    ("POST", "/tts/stream"),
+    ("POST", "/v1/audio/speech"),
+    ("POST", "/tts/live"),
+    ("PUT", "/tts/live"),
+    (WEBSOCKET, "/tts/live/ws"),
+]
+BODIES: dict[str, bytes] = {
+    "/tts": b'{"text": "hi"}',
+    "/tts/stream": b'{"text": "hi"}',
+    "/v1/audio/speech": b'{"model": "tts-1", "input": "hi", "voice": "alloy"}',
+    "/tts/live": b'{"text": "hi"}\n',
+}
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[InProcessApp]:
+    keys = json.dumps({KEY: "refusals"})
+    with InProcessApp(tmp_path_factory.mktemp("keyed"), POLYTTS_WARM_ON_START="false", POLYTTS_API_KEYS=keys) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def keyless(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[InProcessApp]:
+    with InProcessApp(tmp_path_factory.mktemp("keyless"), POLYTTS_WARM_ON_START="false") as app:
+        yield app
+
+
+def requests_total(client: TestClient, route: str, outcome: str) -> float:
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "polytts_requests_total" and sample.labels == {
+                "engine": "none",
+                "route": route,
+                "outcome": outcome,
+            }:
+                return sample.value
+    return 0.0
+
+
+def send(client: TestClient, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:
+    """The status a request gets; a WebSocket's is that of its denied handshake."""
+    if method == WEBSOCKET:
+        with pytest.raises(WebSocketDenialResponse) as denied:
+            with client.websocket_connect(path, headers=headers, subprotocols=["polytts"]):
+                pass
+        return denied.value.status_code
+    return client.request(method, path, content=BODIES[path] if body is None else body, headers=headers).status_code
+
+
+def refused_once(app: InProcessApp, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> str:
+    """Send one request that must be refused before its route runs: its status, and the one line it logged."""
+    route = path.strip("/")
+    logged = len(app.log())
+    status = send(app.client, method, path, headers, body)
+    lines = app.log()[logged:].splitlines()
+    assert len(lines) == 1 and f"{route} outcome=" in lines[0], lines
+    return f"{status} {lines[0].split(': ', 1)[1]}"
+
+
+@pytest.mark.parametrize(("method", "path"), SPEECH_ROUTES)
+@pytest.mark.parametrize("auth", [{}, {"Authorization": "Bearer wrong"}], ids=["no-key", "wrong-key"])
+def test_a_401_on_a_speech_route_is_logged_and_counted(
+    keyed: InProcessApp, method: str, path: str, auth: dict[str, str]
+) -> None:
+    route = path.strip("/")
+    before = requests_total(keyed.client, route, "unauthorized")
+    answer = refused_once(keyed, method, path, auth)
+    assert answer == f"401 {route} outcome=unauthorized status=401 client=testclient"
+    assert requests_total(keyed.client, route, "unauthorized") == before + 1
+
+
+@pytest.mark.parametrize(("method", "path"), SPEECH_ROUTES)
+def test_a_bad_fairness_key_on_a_keyless_node_is_logged_and_counted(
+    keyless: InProcessApp, method: str, path: str
+) -> None:
+    route = path.strip("/")
+    before = requests_total(keyless.client, route, "invalid_fairness_key")
+    answer = refused_once(keyless, method, path, {"X-Fairness-Key": "k" * 65})
+    assert answer == f"422 {route} outcome=invalid_fairness_key status=422 client=testclient"
+    assert requests_total(keyless.client, route, "invalid_fairness_key") == before + 1
+
+
+@pytest.mark.parametrize("path", ["/tts", "/tts/stream", "/v1/audio/speech"])
+def test_a_body_over_the_limit_is_logged_and_counted(keyed: InProcessApp, path: str) -> None:
+    route = path.strip("/")
+    before = requests_total(keyed.client, route, "body_too_large")
+    body = b'{"text": "' + b"a" * MAX_JSON_BODY_BYTES + b'"}'
+    answer = refused_once(keyed, "POST", path, {"Authorization": f"Bearer {KEY}"}, body)
+    assert answer == f"413 {route} outcome=body_too_large status=413 client=testclient"
+    assert requests_total(keyed.client, route, "body_too_large") == before + 1
+
+
+def test_a_handshake_to_a_draining_node_is_logged_and_counted(keyed: InProcessApp) -> None:
+    synthesis = keyed.client.app.state.service.synthesis  # type: ignore[attr-defined]
+    before = requests_total(keyed.client, "tts/live/ws", "draining")
+    synthesis.draining = True  # what the first SIGTERM sets
+    try:
+        answer = refused_once(keyed, WEBSOCKET, "/tts/live/ws", {"Authorization": f"Bearer {KEY}"})
+    finally:
+        synthesis.draining = False
+    assert answer == "503 tts/live/ws outcome=draining status=503 client=testclient"
+    assert requests_total(keyed.client, "tts/live/ws", "draining") == before + 1
+
+
+def test_other_refusals_keep_their_access_line_and_no_count(keyed: InProcessApp) -> None:
+    """Not a speech route, or a path under one that no route takes: the access log's line, and no count."""
+    key = {"Authorization": f"Bearer {KEY}"}
+    for method, path, headers, status in [
+        ("POST", "/voices", {}, 401),
+        ("POST", "/tts/nowhere", {}, 401),
+        ("POST", "/tts/nowhere", key, 404),
+        ("GET", "/tts", key, 405),
+    ]:
+        logged = len(keyed.log())
+        assert keyed.client.request(method, path, headers=headers).status_code == status
+        lines = keyed.log()[logged:].splitlines()
+        assert len(lines) == 1 and re.search(rf" {method} {path} {status} [0-9.]+s$", lines[0]), lines
+    metrics = keyed.client.get("/metrics").text
+    assert 'route="voices"' not in metrics and 'route="tts/nowhere"' not in metrics
