@@ -62,8 +62,13 @@ ERRORS: dict[str, ErrorCode] = {
     "message_too_large": ErrorCode(413, "A live message (one line) is longer than a message may be."),
     "text_too_long": ErrorCode(
         413,
-        "The text is longer than POLYTTS_MAX_TEXT_CHARS once normalized (numbers spelled out); for a live request, "
-        "all of its text together.",
+        "The text is longer than POLYTTS_MAX_TEXT_CHARS as written (a run of spaces counts as one); for a live "
+        "request, all of its text together.",
+    ),
+    "spoken_too_long": ErrorCode(
+        413,
+        "The text is longer than POLYTTS_MAX_SPOKEN_CHARS as spoken (numbers, money and dates read out as words; "
+        "the message gives both counts); for a live request, all of its text together.",
     ),
     "unsupported_media_type": ErrorCode(415, "The body's media type is not one the route takes."),
     "expected_multipart": ErrorCode(415, "The route takes a `multipart/form-data` body."),
@@ -110,6 +115,11 @@ ERRORS: dict[str, ErrorCode] = {
     "wrong_engine": ErrorCode(422, "The voice is another engine's than the one asked to speak it."),
     "voice_engine_mismatch": ErrorCode(422, "The voice is another engine's than the one the OpenAI `model` names."),
     "empty_text": ErrorCode(422, "The text holds nothing to speak (no letter, digit or symbol)."),
+    "unreadable_text": ErrorCode(
+        422,
+        "The text holds nothing the voice's language can read: its letters are of scripts that language does not "
+        "read (the message names them), which are skipped rather than spelled out letter by letter.",
+    ),
     "invalid_text": ErrorCode(422, "The text holds a lone UTF-16 surrogate, which is not a character."),
     "unsupported_language": ErrorCode(422, "A language the service, or the voice's engine, does not speak."),
     "language_not_installed": ErrorCode(
@@ -141,7 +151,15 @@ ERRORS: dict[str, ErrorCode] = {
     "stream_capacity_full": ErrorCode(
         429, "The GPU thread could not keep another real-time stream next to the admitted ones."
     ),
+    "live_sessions_full": ErrorCode(
+        429,
+        "POLYTTS_MAX_IDLE_LIVE live requests wait for text, or the client's address has "
+        "POLYTTS_MAX_IDLE_LIVE_PER_CLIENT of them.",
+    ),
     "client_disconnected": ErrorCode(499, "The client went away before its answer was ready; only logged."),
+    "reader_stalled": ErrorCode(
+        499, "The client took no audio for POLYTTS_READER_IDLE_LIMIT_S: its connection was closed; only logged."
+    ),
     "internal_error": ErrorCode(500, "An unexpected failure; the log has its traceback."),
     "voice_damaged": ErrorCode(500, "A voice stored on this node fails its checks: delete it and register it again."),
     "voice_pack_corrupt": ErrorCode(

@@ -27,6 +27,7 @@ from lifecycle.service import Service, build_service
 from settings import Settings, load_settings, settings_or_report
 from web import api_docs, fleet
 from web.auth import ApiKeys, Authenticate, is_public
+from web.connections import ConnectionCloser
 from web.http_errors import install_error_handlers
 from web.middleware import AccessLog, BodyLimit, CutStreams
 from web.openai_protocol import SpeechRequest
@@ -99,53 +100,120 @@ def _bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        if exc.errno == errno.EADDRINUSE:
+        if exc.errno == errno.EADDRINUSE:  # exit 1: the other process may be gone by the next start
             raise SystemExit(
                 f"polytts: port {port} on {host} is already in use; stop the other server or set POLYTTS_PORT"
             ) from None
-        raise SystemExit(f"polytts: cannot bind {host}:{port}: {exc.strerror}") from None
+        # Anything else is the configuration's: exit 2, as for any invalid setting.
+        if exc.errno == errno.EACCES:
+            problem = f"POLYTTS_PORT: cannot bind {host}:{port}: {exc.strerror}; expected a port this user may bind"
+        else:
+            problem = f"POLYTTS_HOST: cannot bind {host}:{port}: {exc.strerror}; expected an address of this host"
+        sys.stderr.write(f"polytts: invalid configuration: {problem}\n")
+        raise SystemExit(2) from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
 
+SIGNALS_TOGETHER_S = 2.0
+"""Stop signals this close after the first are that same stop request; a later one is a second request. One Ctrl+C
+is a SIGINT to the whole process group and a SIGTERM from run.sh milliseconds later, and supervisors and container
+runtimes signal every process of a group at once; a person asking again to stop now has seen the drain begin."""
+RESPONSES_GRACE_S = 3
+"""Once the drain is over, responses still being sent get this long before their connections are closed."""
+
+
 class _Server(uvicorn.Server):
-    """Drains on the first SIGTERM or SIGINT, stops at once on a second, and exits 0 after a clean stop.
+    """Drains on a stop request (SIGTERM or SIGINT), stops at once on a second, and exits 0 after a clean stop.
 
     Draining: /ready answers 503 at once (a balancer stops sending work), new syntheses get 503 `draining`, the ones
     under way finish; after POLYTTS_DRAIN_SECONDS whatever still runs is cut and logged. Only then does uvicorn stop
-    listening and shut down. uvicorn re-raises SIGTERM after its shutdown, so the process would die by the signal; a
-    supervisor must see a clean stop as exit 0.
+    listening and shut down. Signals within SIGNALS_TOGETHER_S of the first are one request; a later one cuts what
+    runs and closes every connection at once.
+
+    A cut request's connection is closed: uvicorn would cancel a request still running at the end of its graceful
+    shutdown, which logs a CancelledError traceback and answers 500 text/plain where no response had started. So
+    connections still open after RESPONSES_GRACE_S (at once on a second request) are aborted first, and each
+    request ends by finding its client gone; uvicorn's own timeout is only a backstop. uvicorn would also re-raise
+    the signal after its shutdown, so the process would die by it; a supervisor must see a clean stop as exit 0.
     """
 
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
         self.app = app
-        self.drain_deadline: float | None = None
+        self.stop_signals: list[tuple[int, float]] = []
+        """Each stop signal and when it came (time.monotonic), in order."""
+        self.signals_logged = 0
         self.drain_announced = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        service: Service | None = getattr(self.app.state, "service", None)
-        if self.drain_deadline is None and service is not None and not self.should_exit:
-            # Flags only: this runs as a signal handler; on_tick does the rest on the event loop.
-            service.synthesis.draining = True
-            self.drain_deadline = time.monotonic() + service.settings.drain_seconds
-            return
-        super().handle_exit(sig, frame)
+        # Noted only: this runs as a signal handler; the event loop acts on it (on_tick, then shutdown).
+        self.stop_signals.append((sig, time.monotonic()))
+
+    @property
+    def stop_now(self) -> bool:
+        """A second stop request came: a signal more than SIGNALS_TOGETHER_S after the first."""
+        return bool(self.stop_signals) and self.stop_signals[-1][1] - self.stop_signals[0][1] >= SIGNALS_TOGETHER_S
+
+    def _log_signals(self) -> None:
+        """One line per stop signal, saying what it counts as (signal handlers must not log)."""
+        for sig, at in self.stop_signals[self.signals_logged :]:
+            name, after = signal.Signals(sig).name, at - self.stop_signals[0][1]
+            if not self.signals_logged:
+                log.info("%s: stop requested", name)
+            elif after < SIGNALS_TOGETHER_S:
+                log.info("%s %.2f s after the first stop signal: the same stop request", name, after)
+            else:
+                log.warning("%s: a second stop request, %.1f s after the first: stopping at once", name, after)
+            self.signals_logged += 1
 
     async def on_tick(self, counter: int) -> bool:
-        if self.drain_deadline is not None and not self.should_exit:
-            left = self.app.state.service.synthesis.in_flight
-            if not self.drain_announced or counter % 50 == 0:
-                log.info("draining: /ready answers 503 and new syntheses are refused; %d still running", left)
-                self.drain_announced = True
-            if not left or time.monotonic() >= self.drain_deadline:
-                if left:
-                    log.warning("drain time is up (POLYTTS_DRAIN_SECONDS): cutting %d synthesis(es)", left)
-                    gone = Unavailable("the node shut down before this synthesis was done", code="shutting_down")
-                    self.app.state.service.scheduler.cancel_all("the node is shutting down", gone)
-                self.should_exit = True
+        self._log_signals()
+        if self.stop_signals and not self.should_exit:
+            self.should_exit = self._drained(counter)
         return await super().on_tick(counter)
+
+    def _drained(self, counter: int) -> bool:
+        """One tick of the drain: whether it is over (nothing runs, or what ran was cut)."""
+        service: Service = self.app.state.service
+        service.synthesis.draining = True
+        left = service.synthesis.in_flight
+        if not self.drain_announced or counter % 50 == 0:
+            log.info("draining: /ready answers 503 and new syntheses are refused; %d still running", left)
+            self.drain_announced = True
+        if not left:
+            return True
+        if self.stop_now:
+            why = "a second stop request"
+        elif time.monotonic() >= self.stop_signals[0][1] + service.settings.drain_seconds:
+            why = "drain time is up (POLYTTS_DRAIN_SECONDS)"
+        else:
+            return False
+        log.warning("%s: cutting %d synthesis(es)", why, left)
+        gone = Unavailable("the node shut down before this synthesis was done", code="shutting_down")
+        service.scheduler.cancel_all("the node is shutting down", gone)
+        return True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        closer = asyncio.create_task(self._close_lingering())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            closer.cancel()
+
+    async def _close_lingering(self) -> None:
+        """Abort the connections still open RESPONSES_GRACE_S into the shutdown, or at once on a second stop
+        request: the client sees its connection closed, and the request ends as for a client that went away."""
+        deadline = time.monotonic() + RESPONSES_GRACE_S
+        while not self.stop_now and time.monotonic() < deadline:
+            self._log_signals()
+            await asyncio.sleep(0.1)
+        self._log_signals()
+        if lingering := list(self.server_state.connections):
+            log.warning("closing %d connection(s) still open", len(lingering))
+        for connection in lingering:
+            connection.transport.abort()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -173,9 +241,12 @@ def main() -> int:
         return 3
     sock = _bind(settings.host, settings.port, settings.send_buffer_bytes)
     app = create_app(settings)
-    # The drain has waited for the work under way already; what is left when uvicorn shuts down is cut quickly.
     config = uvicorn.Config(
-        app, log_level=settings.log_level, log_config=None, access_log=False, timeout_graceful_shutdown=3
+        ConnectionCloser(app),
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=RESPONSES_GRACE_S + 2,  # a backstop: _Server closes what lingers first
     )
     server = _Server(config, app)
     log.info("binding http://%s:%d", settings.host, settings.port)

@@ -6,10 +6,19 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings import SettingsError as SourceError
 
 from engines import ENGINE_SPECS
 from engines.base import ENV_PREFIX, EngineContext, EngineSettings
@@ -17,11 +26,34 @@ from engines.base import ENV_PREFIX, EngineContext, EngineSettings
 PROJECT_ROOT = Path(__file__).resolve().parent
 
 
+class _Environment(EnvSettingsSource):
+    """The environment as pydantic-settings reads it, except that a JSON value that does not parse is validated as
+    the text it is: validation then names its variable and the form it expects, beside every other invalid one,
+    where pydantic-settings raises at the first with a traceback."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            return value
+
+
 class ServiceSettings(EngineSettings):
     """The service's own knobs; each engine family adds its own (`EngineSpec.settings`) in `Settings`."""
 
     # A field read under an old variable name too (an alias) is still set by its own name in code.
     model_config = SettingsConfigDict(validate_by_name=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings
 
     host: str = "127.0.0.1"
     """Interface to bind. Keep loopback unless a proxy or broker on another host must reach the node."""
@@ -76,14 +108,21 @@ class ServiceSettings(EngineSettings):
     """Seconds of audio per streamed piece for engines that stream inside one generation (Qwen3-TTS on MLX)."""
 
     max_text_chars: int = Field(5000, ge=1, le=1_000_000)
-    """Longest text one synthesis request may carry; longer is a 413."""
+    """Longest text one synthesis request may carry, as written; longer is a 413 `text_too_long`."""
+
+    max_spoken_chars: int = Field(10_000, ge=1, le=2_000_000)
+    """Longest text one synthesis request may carry as spoken, once the engine has rewritten it (numbers, money and
+    dates read out as words; runs of a script the voice's language cannot read skipped); longer is a 413
+    `spoken_too_long`. It bounds the work (about 15 spoken characters a second of audio) where the written limit
+    cannot: 5,000 characters of money amounts are 38,749 spoken. Ordinary text is 1.0-1.3 times longer as spoken,
+    so at twice POLYTTS_MAX_TEXT_CHARS this limit refuses only text that multiplies."""
 
     first_chunk_chars: int = Field(60, ge=10, le=2000)
     """Cap on the first text chunk of a request, kept short so the first audio arrives early."""
 
     chunk_chars: int = Field(120, ge=20, le=2000)
-    """Cap on every later text chunk (one model call, and one step of the GPU thread, each): a request arriving
-    while a long one runs waits at most for the step under way."""
+    """Cap on every later text chunk (one model call, and one step of the GPU thread, each), in characters as spoken
+    (numbers read out as words): a request arriving while a long one runs waits at most for the step under way."""
 
     max_inflight: int = Field(16, ge=1, le=10_000)
     """Synthesis requests admitted at once (running or waiting for the GPU thread); more is a 429 `server_busy`."""
@@ -103,7 +142,15 @@ class ServiceSettings(EngineSettings):
     """Live requests: a partial phrase pending this long with no new text (the producer paused) is spoken anyway."""
 
     live_idle_timeout_s: float = Field(60.0, gt=0, le=3600)
-    """Live requests: one that sends no message for this long ends with `live_idle_timeout`."""
+    """Live requests: one that sends no speakable text for this long ends with `live_idle_timeout` (messages with
+    no text to speak, such as keep-alives, do not count)."""
+
+    max_idle_live: int = Field(128, ge=1)
+    """Live requests that may wait for text at once, in all; another is a 429 `live_sessions_full`. A live request
+    waiting for text holds no admission place of POLYTTS_MAX_INFLIGHT or POLYTTS_MAX_PENDING_PER_KEY."""
+
+    max_idle_live_per_client: int = Field(8, ge=1)
+    """Live requests one client address may have waiting for text at once; another is a 429 `live_sessions_full`."""
 
     public_inventory: bool = False
     """With keys configured, publish the voice inventory in the public (keyless) view of /health too, for a broker
@@ -140,7 +187,9 @@ class ServiceSettings(EngineSettings):
     """A key's used GPU time is forgotten once it has been idle this long."""
 
     max_pending_per_key: int = Field(8, ge=1)
-    """Requests one fairness key may have admitted at once; more is a 429 `fairness_key_queue_full`."""
+    """Requests one fairness key may have admitted at once; more is a 429 `fairness_key_queue_full`. The anonymous
+    key (requests that name none, on a node without API keys) is shared by unrelated clients: there this many per
+    client address."""
 
     max_pending_per_engine: int = Field(32, ge=1)
     """Requests one engine may have admitted at once; more is a 429 `engine_queue_full`."""
@@ -197,7 +246,9 @@ class ServiceSettings(EngineSettings):
     summed under the key `(other)`."""
 
     retry_after_seconds: float = Field(2.0, gt=0)
-    """`Retry-After` sent with 429 (busy) and 503 (warming) answers."""
+    """`Retry-After` of 503 answers (warming, draining, uploads busy). A 429 computes its own from the work ahead
+    of it (when the first request holding its bound should end, one slot per refusal after that), and takes this
+    only where that work cannot be estimated (live requests waiting for text)."""
 
     memory_cache_bytes: int = Field(
         64 * 1024 * 1024,
@@ -235,7 +286,12 @@ class ServiceSettings(EngineSettings):
     def _peer_list(cls, value: object) -> object:
         if isinstance(value, str):
             text = value.strip()
-            return json.loads(text) if text.startswith("[") else [url.strip() for url in text.split(",") if url.strip()]
+            if not text.startswith("["):
+                return [url.strip() for url in text.split(",") if url.strip()]
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError("expected a JSON list of base URLs, or base URLs separated by commas") from None
         return value
 
     @field_validator("peers")
@@ -285,20 +341,45 @@ class SettingsError(Exception):
     """Invalid configuration; the message names each offending environment variable."""
 
 
+SECRET_FIELDS = frozenset({"api_keys", "admin_keys", "peer_api_key"})
+"""Settings whose values an error message never repeats: they hold keys, and a configuration error ends in a log."""
+
+
+def _json_form(annotation: Any) -> str:
+    """The JSON an object- or list-valued setting takes, from its type: `dict[str, float]` is an object of numbers."""
+    args = get_args(annotation)
+    sample = {float: "1.5", int: "1", bool: "true"}.get(args[-1] if args else str, '"value"')
+    if get_origin(annotation) is dict:
+        return f'a JSON object such as {{"key": {sample}}}'
+    return f"a JSON list such as [{sample}]"
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One invalid variable: its name, what it expects, and what it holds (unless that is a secret)."""
+    message = error["msg"].removeprefix("Value error, ")
+    if not error["loc"]:  # a rule relating settings: its message names them
+        return message
+    field = str(error["loc"][0])
+    name = ENV_PREFIX + field.upper().removeprefix(ENV_PREFIX)
+    info = Settings.model_fields.get(field)
+    if error["type"] in ("dict_type", "list_type") and info is not None:
+        message = f"expected {_json_form(info.annotation)}"
+    if field in SECRET_FIELDS:  # a key inside it is a secret too
+        return f"{name}: {message}"
+    name += "".join(f"[{json.dumps(part)}]" for part in error["loc"][1:])  # inside an object- or list-valued one
+    return f"{name}: {message} (got {error.get('input')!r})"
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read the environment (plus explicit overrides) or raise SettingsError naming the bad variables."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else ""
-            name = ENV_PREFIX + field.upper().removeprefix(ENV_PREFIX) if field else "settings"
-            problems.append(
-                f"{name}: {error['msg']} (got {error.get('input')!r})" if field else f"{name}: {error['msg']}"
-            )
         # Two fields reading one variable (an old name kept for another field) report its error once.
-        raise SettingsError("invalid configuration: " + "; ".join(dict.fromkeys(problems))) from exc
+        problems = dict.fromkeys(_problem(error) for error in exc.errors())
+        raise SettingsError("invalid configuration: " + "; ".join(problems)) from exc
+    except SourceError as exc:  # a variable pydantic-settings could not read at all; its message names the field
+        raise SettingsError(f"invalid configuration: {exc}") from exc
 
 
 def settings_or_report() -> Settings | None:

@@ -19,10 +19,13 @@ used time is forgotten once it has been idle for `idle_state_ttl_s`. While one e
 engine keeps the thread as long as it has work, until another engine's oldest request has waited
 `engine_switch_max_wait_s`.
 
-Admission (`FairQueue.add`) refuses with 429 what would exceed a bound: per key, per engine, in flight, characters
-waiting, per client address, and for streams the real-time capacity (`playback.admission`: the engine's measured
-speed and the audio promised to admitted streams). A response whose reader falls behind real time stops holding a
-slot, and one whose reader takes nothing for `reader_idle_limit_s` is dropped. A rejection creates no key state."""
+Admission (`FairQueue.add`) refuses with 429 what would exceed a bound: per key (per client address within a key
+that unrelated clients share), per engine, in flight, characters waiting, per client address, and for streams the
+real-time capacity (`playback.admission`: the engine's measured speed and the audio promised to admitted streams).
+A live request waiting for text holds none of those places: live requests waiting for text have bounds of their
+own, in all and per client address. A response whose reader falls behind real time stops holding a slot, and one
+whose reader takes nothing for `reader_idle_limit_s` is dropped. A rejection creates no key state; its Retry-After
+is when the work ahead should have made room, one promised slot per refusal after another."""
 
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ from gpu.playback import EngineSpeed, Refusal, StreamDemand, admission
 
 log = logging.getLogger("polytts.scheduler")
 
+MIN_SLOT_S = 0.25
+"""The least time between two retries promised to refused requests."""
 OTHER_KEYS = "(other)"
 """The row under which keys beyond `max_key_labels`, and rejected keys that have no state, are summed."""
 
@@ -60,6 +65,7 @@ class FairnessPolicy:
     max_inflight: int = 64
     max_queued_chars: int = 100_000
     retry_after: float = 2.0
+    """Retry-After where the work ahead cannot be estimated (live requests waiting for text)."""
     stream_admission: bool = True
     """Refuse streams that the GPU thread could not keep in real time (off: streams are admitted by the count
     bounds only, and may run dry under load)."""
@@ -75,6 +81,13 @@ class FairnessPolicy:
     """A response whose reader has taken no audio for this long, while audio waited for it, is dropped."""
     max_client_share: float = 0.5
     """Share of `max_inflight` one client address may hold (at least one slot)."""
+    shared_keys: frozenset[str] = frozenset()
+    """Keys that unrelated clients share (the anonymous key of a node without API keys): `max_pending_per_key`
+    counts per client address within them."""
+    max_idle_live: int = 128
+    """Live requests that may wait for text at once, in all."""
+    max_idle_live_per_client: int = 8
+    """Live requests one client address may have waiting for text at once."""
     max_tracked_keys: int = 256
     """Idle keys whose used GPU time is remembered; beyond it the longest idle are forgotten first."""
     max_key_labels: int = 32
@@ -92,6 +105,17 @@ class FairnessPolicy:
     @property
     def max_per_client(self) -> int:
         return max(1, int(self.max_client_share * self.max_inflight))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound a job would exceed: why, its error code, and the admitted jobs that fill it (whose ends make room)."""
+
+    reason: str
+    code: str
+    holding: list[Job]
+    retry_after: float | None = None
+    """When to retry, where the bound computed it already (stream capacity)."""
 
 
 @dataclass
@@ -136,44 +160,27 @@ class FairQueue:
         self._ids = itertools.count(1)
 
     def add(self, job: Job) -> Job:
-        """Admit a job, or raise Busy (429) naming the bound it hit."""
-        policy = self.policy
+        """Admit a job, or raise Busy (429) naming the bound it hit, with a Retry-After computed from the work
+        ahead of it."""
         with self._lock:
             now = self.clock()
             self._expire(now)
             self._sweep(now)
-            jobs = [j for j in self._jobs() if not j.detached]
-            state = self.keys.get(job.key)
-            pending_key = sum(not j.detached for j in state.jobs) if state else 0
-            pending_client = sum(j.client == job.client for j in jobs) if job.client is not None else 0
-            pending_engine = sum(j.engine == job.engine for j in jobs)
-            waiting_chars = sum(j.chars for j in jobs if j.started_at is None)
-            retry_after = policy.retry_after
-            if pending_key >= policy.max_pending_per_key:
-                reason, code = f"key {job.key!r} has {pending_key} requests pending", "fairness_key_queue_full"
-            elif pending_engine >= policy.max_pending_per_engine:
-                reason, code = f"engine {job.engine!r} has {pending_engine} requests pending", "engine_queue_full"
-            elif len(jobs) >= policy.max_inflight:
-                reason, code = f"{len(jobs)} syntheses in flight", "server_busy"
-            elif waiting_chars and waiting_chars + job.chars > policy.max_queued_chars:
-                reason, code = f"{waiting_chars} characters waiting", "server_busy"
-            elif job.client is not None and pending_client >= policy.max_per_client:
-                reason = f"this client address has {pending_client} requests pending (at most {policy.max_per_client})"
-                code = "client_queue_full"
-            elif job.is_stream and policy.stream_admission and (refusal := self._stream_refusal(job, jobs, now)):
-                reason = f"no room for another real-time stream: {refusal.reason}"
-                code, retry_after = "stream_capacity_full", refusal.retry_after
-            else:
-                reason = code = ""
-            if reason:
+            bound = self._refusal(job, now)
+            if bound is not None:
+                retry_after = bound.retry_after
+                if retry_after is None:
+                    retry_after = self._promise(bound.holding, job, now)
+                state = self.keys.get(job.key)
                 self.rejected_total += 1
                 self.rejected_by_engine[job.engine] += 1
-                self.rejected_by_code[code] += 1
+                self.rejected_by_code[bound.code] += 1
                 if state is not None:
                     state.rejected += 1
                 else:
                     self.rejected_untracked += 1
-                raise Busy(f"server busy: {reason}; retry later", code=code, retry_after=retry_after)
+                raise Busy(f"server busy: {bound.reason}; retry later", code=bound.code, retry_after=retry_after)
+            state = self.keys.get(job.key)
             if state is None:
                 state = self.keys[job.key] = KeyState()
             if not state.jobs:  # becoming busy: level with the least-served busy key, no credit for idle time
@@ -184,6 +191,65 @@ class FairQueue:
             job.enqueued_at = now
             state.jobs.append(job)
         return job
+
+    def _refusal(self, job: Job, now: float) -> Bound | None:
+        """The bound the job would exceed; None when it is admitted. Jobs behind real time and live jobs waiting
+        for text hold no place; live jobs waiting for text have bounds of their own."""
+        policy = self.policy
+        every = self._jobs()
+        jobs = [j for j in every if not j.detached and not j.awaiting_input]
+        # A key shared by unrelated clients (the anonymous key) is bounded per client address, so that one
+        # address cannot exhaust it for the others.
+        shared = job.key in policy.shared_keys and job.client is not None
+        of_key = [j for j in jobs if j.key == job.key and (not shared or j.client == job.client)]
+        of_client = [j for j in jobs if j.client == job.client] if job.client is not None else []
+        of_engine = [j for j in jobs if j.engine == job.engine]
+        waiting = [j for j in jobs if j.started_at is None]
+        waiting_chars = sum(j.chars for j in waiting)
+        if job.awaiting_input:
+            idle = [j for j in every if j.awaiting_input and not j.cancelled.is_set()]
+            idle_client = [j for j in idle if j.client == job.client] if job.client is not None else []
+            if len(idle) >= policy.max_idle_live:
+                return Bound(f"{len(idle)} live requests wait for text", code="live_sessions_full", holding=idle)
+            if job.client is not None and len(idle_client) >= policy.max_idle_live_per_client:
+                reason = f"this client address has {len(idle_client)} live requests waiting for text"
+                return Bound(reason, code="live_sessions_full", holding=idle_client)
+        if len(of_key) >= policy.max_pending_per_key:
+            who = f"key {job.key!r}" + (" from this client address" if shared else "")
+            reason = f"{who} has {len(of_key)} requests pending"
+            return Bound(reason, code="fairness_key_queue_full", holding=of_key)
+        if len(of_engine) >= policy.max_pending_per_engine:
+            reason = f"engine {job.engine!r} has {len(of_engine)} requests pending"
+            return Bound(reason, code="engine_queue_full", holding=of_engine)
+        if len(jobs) >= policy.max_inflight:
+            return Bound(f"{len(jobs)} syntheses in flight", code="server_busy", holding=jobs)
+        if waiting_chars and waiting_chars + job.chars > policy.max_queued_chars:
+            return Bound(f"{waiting_chars} characters waiting", code="server_busy", holding=waiting)
+        if job.client is not None and len(of_client) >= policy.max_per_client:
+            reason = f"this client address has {len(of_client)} requests pending (at most {policy.max_per_client})"
+            return Bound(reason, code="client_queue_full", holding=of_client)
+        if job.is_stream and policy.stream_admission and (refusal := self._stream_refusal(job, jobs, now)):
+            reason = f"no room for another real-time stream: {refusal.reason}"
+            return Bound(reason, code="stream_capacity_full", holding=[], retry_after=refusal.retry_after)
+        return None
+
+    def _promise(self, holding: list[Job], job: Job, now: float) -> float:
+        """Retry-After for a job refused because `holding` fill its bound: when the first of them is estimated to
+        end, the GPU thread shared between every admitted job, then one slot per refusal after that, so that clients
+        that obey it come back in about the order they came, few at a time."""
+        if any(j.awaiting_input for j in holding):  # they end when their clients say so: a fixed guess
+            return self._book(now + self.policy.retry_after, self._work_left_s(job), now)
+        running = [j for j in self._jobs() if not j.detached and not j.cancelled.is_set() and not j.awaiting_input]
+        first = min((self._work_left_s(j) for j in holding), default=0.0)
+        # Shared fairly, the job with the least work left ends once every job has had that much GPU time.
+        until_free = sum(min(self._work_left_s(j), first) for j in running)
+        return self._book(now + until_free, self._work_left_s(job), now)
+
+    def _book(self, earliest: float, own_s: float, now: float) -> float:
+        """The next retry time not yet promised, from `earliest` on; the refused job then holds it for `own_s`."""
+        slot = max(earliest, self._next_slot)
+        self._next_slot = slot + max(own_s, MIN_SLOT_S)
+        return slot - now
 
     def remove(self, job: Job) -> None:
         with self._lock:
@@ -247,7 +313,8 @@ class FairQueue:
     def _can_step(self, job: Job) -> bool:
         """Room in its buffer (a detached job steps only when its writer asks for audio and none waits), and a step
         to take (a live job waiting for text has none)."""
-        if job.ready is not None and not job.ready():
+        if job.awaiting_input:
+            job.input_waited_at = self.clock()
             return False
         if job.detached:
             return job.buffered == 0 and job.playback.asking_since is not None
@@ -291,6 +358,10 @@ class FairQueue:
         speed = self.speeds.get(engine)
         return speed if speed is not None else EngineSpeed()
 
+    def _work_left_s(self, job: Job) -> float:
+        """Estimated GPU seconds of the job's steps not yet finished."""
+        return sum(job.chars_left()) * self._speed(job.engine).gpu_s_per_char
+
     def _next_step_s(self, job: Job) -> float:
         """Estimated GPU seconds of the job's next step."""
         left = job.chars_left()
@@ -330,9 +401,9 @@ class FairQueue:
         if refusal is None:
             return None
         # Refused clients are promised successive slots, one such stream's GPU time apart, not all the same instant.
-        slot = max(now + refusal.retry_after, self._next_slot)
-        self._next_slot = slot + sum(gpu for gpu, _ in candidate.units)
-        return Refusal(refusal.reason, slot - now)
+        return Refusal(
+            refusal.reason, self._book(now + refusal.retry_after, sum(gpu for gpu, _ in candidate.units), now)
+        )
 
     def _demand(self, job: Job, now: float) -> StreamDemand:
         speed = self._speed(job.engine)
@@ -360,7 +431,7 @@ class FairQueue:
                     idle,
                     policy.reader_idle_limit_s,
                 )
-                job.cancel(f"its reader took no audio for {idle:.0f} s", discard_audio=True)
+                job.drop_stalled(f"its reader took no audio for {idle:.0f} s")
             elif job.streaming and not job.detached and job.playback.reader_lag(now) >= policy.slow_reader_lag_s:
                 job.detached = True
                 log.info(
@@ -390,13 +461,14 @@ class FairQueue:
             now = self.clock()
             self._expire(now)
             self._sweep(now)
-            jobs = [j for j in self._jobs() if not j.detached]
+            jobs = [j for j in self._jobs() if not j.detached and not j.awaiting_input]
             engines = sorted({j.engine for j in jobs} | set(self.rejected_by_engine))
             streams = [j for j in jobs if j.is_stream and j.chars_left()]
             return {
                 "running": sum(j.started_at is not None for j in jobs),
                 "waiting": sum(j.started_at is None for j in jobs),
                 "detached": sum(j.detached for j in self._jobs()),
+                "awaiting_text": sum(j.awaiting_input and not j.detached for j in self._jobs()),
                 "queued_chars": sum(j.chars for j in jobs if j.started_at is None),
                 "rejected": self.rejected_total,
                 "rejected_by_code": dict(self.rejected_by_code),
@@ -433,7 +505,7 @@ class FairQueue:
         """Per key rows, at most `max_key_labels` of them (busiest, then most used); the rest summed."""
 
         def row(state: KeyState, weight: float | None) -> dict[str, Any]:
-            held = [j for j in state.jobs if not j.detached]
+            held = [j for j in state.jobs if not j.detached and not j.awaiting_input]
             return {
                 "running": sum(j.started_at is not None for j in held),
                 "waiting": sum(j.started_at is None for j in held),

@@ -6,6 +6,7 @@ the pieces on the event loop (`Job.pieces`), and taking a piece is what moves th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -14,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from errors import ServiceError
+from errors import ClientDisconnected, ServiceError
 from gpu.playback import Playback
 
 DONE = object()
 """Delivered after a job's last piece: its reader's iteration ends there."""
+
+ANONYMOUS = "anonymous"
+"""The fairness key of a request that names none (on a node without API keys): shared by unrelated clients."""
 
 CLIENT_GONE = "client disconnected"
 """The reason a job is cancelled when its client went away."""
@@ -28,6 +32,12 @@ class JobCancelled(ServiceError):
     """The job was dropped before it finished: its client went away or it ran past its deadline."""
 
     code = "request_timeout"
+
+
+class ReaderStalled(ClientDisconnected):
+    """The job's reader took no audio for too long: the job is dropped and its connection closed."""
+
+    code = "reader_stalled"
 
 
 @dataclass(eq=False)
@@ -40,7 +50,7 @@ class Job:
     chars: int
     steps: Callable[[], Iterator[Iterable[Any]]]
     loop: asyncio.AbstractEventLoop
-    key: str = "anonymous"
+    key: str = ANONYMOUS
     deadline: float | None = None
     """time.monotonic() after which the job is dropped before its next step."""
     streaming: bool = False
@@ -66,6 +76,9 @@ class Job:
     """Whether the job has a step to take now (its chunk source's `ready`: always for a planned text; a live
     request's only once its text has come). A job that has none is passed over: waiting for text holds no step of the
     GPU thread."""
+    input_waited_at: float | None = None
+    """FairQueue clock time at which the job was last seen waiting for text (a live request's): the playback clock
+    starts again after it, so a listener who ran dry while the client wrote nothing is no underrun."""
     units_done: int = 0
     gpu_seconds: float = 0.0
     delivered: int = 0
@@ -76,6 +89,9 @@ class Job:
     detached: bool = False
     """Its reader fell behind real time: it holds no admission slot and steps only once its audio is taken."""
     playback: Playback = field(default_factory=Playback)
+    close_connection: Callable[[], None] | None = None
+    """Closes the client's connection at once, on the event loop: how a reader that never reads is let go (a
+    response blocked on a full socket notices nothing else)."""
     _units: Iterator[Iterable[Any]] | None = None
     _out: asyncio.Queue[tuple[Any, float, float]] = field(default_factory=asyncio.Queue)
     _on_consumed: Callable[[], None] = lambda: None
@@ -98,9 +114,21 @@ class Job:
             self.cancelled.set()
             self._on_consumed()  # a job parked on a full buffer must be seen, and dropped
 
+    def drop_stalled(self, reason: str) -> None:
+        """Its reader takes nothing: drop the job, free its waiting audio, and close the connection."""
+        self.cancel(reason, discard_audio=True, error=ReaderStalled(f"request dropped: {reason}"))
+        if self.close_connection is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: so is the connection
+                self.loop.call_soon_threadsafe(self.close_connection)
+
     def dropped(self) -> ServiceError:
         """What the reader of a cancelled job gets."""
         return self.cancel_error or JobCancelled(f"request dropped: {self.cancel_reason}")
+
+    @property
+    def awaiting_input(self) -> bool:
+        """A live request with no step to take until its client sends more text."""
+        return self.ready is not None and not self.ready()
 
     @property
     def buffered(self) -> int:
@@ -153,7 +181,7 @@ class Job:
             self._on_consumed()  # a detached job steps again once its writer asks
             item, produced_at, seconds = await self._out.get()
             self.consumed += 1
-            stall = self.playback.sent(seconds, produced_at, time.monotonic())
+            stall = self.playback.sent(seconds, produced_at, time.monotonic(), self.input_waited_at)
             if stall:
                 self._on_stall(self, stall)
             self._on_consumed()

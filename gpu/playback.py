@@ -60,14 +60,15 @@ class Playback:
         if self.asking_since is None:
             self.asking_since = now
 
-    def sent(self, seconds: float, produced_at: float, now: float) -> float:
+    def sent(self, seconds: float, produced_at: float, now: float, input_waited_at: float | None = None) -> float:
         """The writer took a piece of `seconds` produced at `produced_at`; returns the stall it ends (0 if none).
         Only waiting that the writer itself did counts: a listener who ran out while its reader was still busy
-        sending is the reader's doing."""
+        sending is the reader's doing, and one who ran out while the job waited for its client's text
+        (`input_waited_at`, a live request's) starts again, as a new listener would."""
         asked = self.asking_since if self.asking_since is not None else now
         self.asking_since = None
         stall = 0.0
-        if self.ends_at is None:
+        if self.ends_at is None or (input_waited_at is not None and input_waited_at >= self.ends_at):
             self.ends_at = now + seconds
         else:
             stall = max(0.0, produced_at - max(self.ends_at, asked))

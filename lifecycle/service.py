@@ -15,6 +15,7 @@ from gpu import residency
 from gpu.engine_pool import EnginePool, build_engines
 from gpu.fairness import FairnessPolicy
 from gpu.gpu_thread import GpuThread
+from gpu.jobs import ANONYMOUS
 from gpu.runtime import process_memory, uses_mlx
 from gpu.scheduler import Scheduler
 from lifecycle.catalog import VoiceCatalog
@@ -179,6 +180,9 @@ def fairness_policy(settings: Settings) -> FairnessPolicy:
         slow_reader_lag_s=settings.slow_reader_lag_s,
         reader_idle_limit_s=settings.reader_idle_limit_s,
         max_client_share=settings.max_client_share,
+        shared_keys=frozenset({ANONYMOUS}),
+        max_idle_live=settings.max_idle_live,
+        max_idle_live_per_client=settings.max_idle_live_per_client,
         max_tracked_keys=settings.max_tracked_keys,
         max_key_labels=settings.max_key_labels,
     )

@@ -35,9 +35,11 @@ from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from pcm_cache import PcmCache
 from settings import Settings
-from text.chunking import Chunk, PhraseSegmenter, chunk_text, normalize_text
+from text.chunking import Chunk, PhraseSegmenter, is_speakable, normalize_text
 from text.languages import resolve_language
 from text.live_text import LiveText
+from text.scripts import unreadable_scripts
+from text.spoken import Spoken, check_spoken_length
 from voicebank.voice_entry import VoiceEntry
 
 log = logging.getLogger("polytts.synthesis")
@@ -141,6 +143,8 @@ class RequestContext:
     """The engine the request asked for by name (an OpenAI `model`); its voice must belong to it."""
     disconnected: Callable[[], Awaitable[None]] | None = None
     """Returns once the client has gone away; work the request waits for is then cancelled."""
+    close_connection: Callable[[], None] | None = None
+    """Closes the client's connection at once, where the server lets it (a reader that never reads is let go so)."""
 
 
 @dataclass
@@ -352,7 +356,7 @@ class Voicing:
         start, words = self.position, []
 
         def timed_audio() -> Iterator[np.ndarray]:
-            for audio, found in self.engine.stream_timed(chunk.text, handle, self.options):
+            for audio, found in self.engine.stream_timed(chunk.text, handle, self.options, written=chunk.written):
                 words.extend(found)
                 yield audio
 
@@ -432,8 +436,7 @@ class SynthesisService:
         try:
             self.check_open()
             plan = await self.plan_voice(request, ctx.engine, timed)
-            first, cap, _ = self.caps(plan.engine, None, None)
-            text = LiveText(PhraseSegmenter(first, cap), self.settings.max_text_chars, self.scheduler.gpu.wake)
+            text = self.live_text(plan, self.scheduler.gpu.wake)
             plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
             job = self.submit(plan, ctx, text)
             speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings), job)
@@ -444,9 +447,11 @@ class SynthesisService:
             self.finish(timings, exc.code)
             raise
 
-    def rejected(self, route: str, error: ServiceError) -> None:
-        """A request refused before it could be planned (its body did not parse): logged and counted all the same."""
-        self.finish(Timings(route), error.code)
+    def rejected(self, route: str, error: ServiceError, client: str | None = None) -> None:
+        """A request refused before it could be planned (its key, its fairness key or its body was refused, or its
+        handshake came to a draining node): one line, with who asked, and its count, as every request has."""
+        log.info("%s outcome=%s status=%d client=%s", route, error.code, error.status, client or "-")
+        self.metrics.requests.labels("none", route, error.code).inc()
 
     def finish(self, timings: Timings, outcome: str) -> None:
         """A request ended: its one log line, and its metrics (once, however many paths reach here)."""
@@ -468,15 +473,19 @@ class SynthesisService:
     # -- planning --------------------------------------------------------------------------------------------------
 
     async def plan(self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False) -> Plan:
-        text = normalize_text(_speakable(request.text))
-        if not any(unicodedata.category(char)[0] in "LNS" for char in text):
+        """The request resolved: its voice and engine, its text as spoken (what limits, chunk caps and the cache key
+        count), its chunks and its cache key."""
+        written = normalize_text(_speakable(request.text))
+        if not is_speakable(written):
             raise InvalidInput("text is empty: it holds nothing to speak", code="empty_text")
-        if len(text) > self.settings.max_text_chars:
+        if len(written) > self.settings.max_text_chars:
             raise PayloadTooLarge(
-                f"text is {len(text)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
+                f"text is {len(written)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
         plan = await self.plan_voice(request, engine_name, timed)
-        chunks = self.chunks(plan.engine, text, request)
+        spoken = self.spoken(plan, written)
+        text = spoken.text
+        chunks = self.chunks(plan.engine, spoken, request)
         # A registered voice replaced under the same id must not hit audio cached for its old transcript.
         voice = plan.voice
         cache_voice = f"{plan.voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else plan.voice_key
@@ -545,10 +554,42 @@ class SynthesisService:
         engine.check_params(params)
         return params
 
+    def spoken(self, plan: Plan, written: str) -> Spoken:
+        """`written` as the plan's engine will say it, within POLYTTS_MAX_SPOKEN_CHARS (413 `spoken_too_long`); text
+        of which the engine reads nothing (every letter of a script the language does not read) is a 422
+        `unreadable_text` naming the scripts."""
+        spoken = plan.engine.spoken_text(written, plan.options)
+        if not is_speakable(spoken.text):
+            language = plan.options.language
+            scripts = " and ".join(unreadable_scripts(written, language)[:3])
+            raise InvalidInput(
+                f"text holds nothing {language.name} reads: its letters are {scripts}, which {plan.engine.name} "
+                "skips rather than spell out letter by letter; choose a voice or `language` that reads them"
+                if scripts
+                else f"text holds nothing {plan.engine.name} says in {language.name}",
+                code="unreadable_text",
+            )
+        check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
+        return spoken
+
+    def live_text(self, plan: Plan, wake: Callable[[], None]) -> LiveText:
+        """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
+        the engine says it, cut again when that is longer than the engine's cap, every limit counting spoken
+        characters as `plan` does."""
+        first, cap, _ = self.caps(plan.engine, None, None)
+        return LiveText(
+            PhraseSegmenter(first, cap),
+            self.settings.max_text_chars,
+            wake,
+            speak=lambda text: plan.engine.spoken_text(text, plan.options),
+            max_spoken_chars=self.settings.max_spoken_chars,
+        )
+
     @classmethod
-    def chunks(cls, engine: Engine, text: str, request: SpeechRequest) -> list[Chunk]:
-        """Text split by the engine's caps per generation, or the request's own (0 meaning unlimited)."""
-        return chunk_text(text, *cls.caps(engine, request.max_chars_per_gen, request.max_sentences_per_gen))
+    def chunks(cls, engine: Engine, text: Spoken, request: SpeechRequest) -> list[Chunk]:
+        """The text as spoken split by the engine's caps per generation, or the request's own (0 meaning unlimited):
+        caps count spoken characters, so one step is one step's worth of audio however the text was written."""
+        return text.chunks(*cls.caps(engine, request.max_chars_per_gen, request.max_sentences_per_gen))
 
     @staticmethod
     def caps(engine: Engine, max_chars_per_gen: int | None, max_sentences_per_gen: int | None) -> tuple[int, int, int]:
@@ -637,6 +678,7 @@ class SynthesisService:
             unit_chars=chunks.unit_chars,
             client=ctx.client,
             ready=chunks.ready,
+            close_connection=ctx.close_connection,
         )
         return self.scheduler.submit(job)
 
@@ -667,6 +709,8 @@ class SynthesisService:
             self._log_failure(plan, timings, exc)
             raise
         finally:
+            if outcome == "cancelled" and job.cancel_error is not None:  # dropped for a reason of its own
+                outcome = job.cancel_error.code
             job.cancel()
             if job.started_at is not None:
                 timings.queue_wait = job.started_at - job.submitted_at

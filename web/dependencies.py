@@ -15,6 +15,7 @@ from errors import Forbidden, invalid_fields
 from lifecycle.service import Service
 from lifecycle.synthesis import RequestContext
 from web.auth import ANONYMOUS, Identity
+from web.connections import CLOSE_CONNECTION
 
 
 def get_service(connection: HTTPConnection) -> Service:
@@ -52,6 +53,7 @@ def speech_context(request: Request, principal: Annotated[str, Depends(get_princ
         principal=principal,
         client=request.client.host if request.client else None,
         disconnected=disconnect_watch(request),
+        close_connection=request.scope.get(CLOSE_CONNECTION),
     )
 
 
@@ -78,7 +80,8 @@ class SpeechRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                get_service(request).synthesis.rejected(request.url.path.strip("/"), invalid_fields(exc.errors()))
+                route, client = request.url.path.strip("/"), request.client.host if request.client else None
+                get_service(request).synthesis.rejected(route, invalid_fields(exc.errors()), client)
                 raise
 
         return counted

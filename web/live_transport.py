@@ -4,8 +4,10 @@ writes it.
 The client sends messages (`{"text": ...}` appends, `{"flush": true}` speaks what is pending), over a WebSocket or
 as the NDJSON body of a full-duplex HTTP request; the text goes into the request's `LiveText` (text/live_text.py),
 which cuts it into phrases, each one step of the request's job on the GPU thread, in order. A job waiting for text
-is not ready: it holds no step of the GPU thread. A partial phrase pending for POLYTTS_LIVE_FLUSH_MS is spoken
-anyway; a request that sends nothing for POLYTTS_LIVE_IDLE_TIMEOUT_S ends with `live_idle_timeout`.
+is not ready: it holds no step of the GPU thread and no admission place (`gpu.fairness`). A partial phrase pending
+for POLYTTS_LIVE_FLUSH_MS is spoken anyway; a request that sends no speakable text for POLYTTS_LIVE_IDLE_TIMEOUT_S
+(keep-alive messages do not count) ends with `live_idle_timeout`, and a request failing after its audio started
+is cut where the client sees it: an aborted body, or an `error` event on the WebSocket.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from audio.word_timings import Words
 from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
 from lifecycle.synthesis import RequestContext, Speech, SynthesisService
+from text.chunking import is_speakable
 from text.live_text import LiveText
 from web.protocol import LiveMessage, LiveOptions
 
@@ -102,40 +106,64 @@ async def open_session(
     timed: bool | None,
 ) -> LiveSession:
     """Read the first message (which may carry the options instead of the query string), plan and admit the request,
-    and start feeding its text. Everything wrong before that is raised: the client still gets an error status."""
+    and start feeding its text. Everything wrong before that is raised, logged and counted: the client still gets an
+    error status."""
     settings = synthesis.settings
     inbox: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
     reader = asyncio.create_task(_pump(raw, inbox))
+    clock = IdleClock(settings.live_idle_timeout_s)
     try:
-        first = await _next(inbox, settings.live_idle_timeout_s)
-        chosen = options(query, {key: value for key, value in (first or {}).items() if key not in _MESSAGE_KEYS})
-        # The first message is checked before the answer starts, so a wrong one still gets its error status.
-        head = message({key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS})
-        speech, text = await synthesis.speak_live(chosen, ctx, timed)
+        try:
+            first = await _next(inbox, clock)
+            chosen = options(query, {key: value for key, value in (first or {}).items() if key not in _MESSAGE_KEYS})
+            # The first message is checked before the answer starts, so a wrong one still gets its error status.
+            head = message({key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS})
+        except ServiceError as exc:
+            synthesis.rejected(ctx.route, exc, ctx.client)
+            raise
+        speech, text = await synthesis.speak_live(chosen, ctx, timed)  # logs and counts its own refusals
     except BaseException:
         reader.cancel()
         raise
 
     async def feed() -> None:
         try:
-            ended = first is None or _apply(head, text)
+            ended = first is None or _apply(head, text, clock)
             while not ended:
-                item = await _next(inbox, settings.live_idle_timeout_s, text, settings.live_flush_ms / 1000)
-                ended = item is None or _apply(message(item), text)
+                item = await _next(inbox, clock, text, settings.live_flush_ms / 1000)
+                ended = item is None or _apply(message(item), text, clock)
             text.close()
         except ServiceError as exc:
             log.info("live request ended early: %s", exc.message)
             if speech.job is not None:
-                speech.job.cancel(f"{exc.code}: {exc.message}")
+                # The request's outcome is the client's mistake (or its silence), under that code.
+                speech.job.cancel(f"{exc.code}: {exc.message}", error=exc)
             raise
 
     return LiveSession(speech, text, chosen, asyncio.create_task(feed()), reader)
 
 
-def _apply(item: LiveMessage, text: LiveText) -> bool:
+class IdleClock:
+    """When a live request has been idle too long: only speakable text winds the clock back, so keep-alive
+    messages (empty text, flushes) cannot hold a session open for ever."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+
+    def spoke(self, text: str) -> None:
+        if is_speakable(text):
+            self.deadline = time.monotonic() + self.timeout_s
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def _apply(item: LiveMessage, text: LiveText, clock: IdleClock) -> bool:
     """Apply one message; returns whether it ended the text."""
     if item.text:
         text.add(item.text)
+        clock.spoke(item.text)
     if item.flush:
         text.flush()
     return item.end
@@ -155,22 +183,25 @@ async def _pump(
 
 async def _next(
     inbox: asyncio.Queue[dict[str, Any] | BaseException | None],
-    idle_timeout: float,
+    clock: IdleClock,
     text: LiveText | None = None,
     flush_after: float = 0.0,
 ) -> dict[str, Any] | None:
     """The next message, None at the end. A partial phrase pending for `flush_after` seconds is spoken meanwhile;
-    no message for `idle_timeout` seconds is LiveIdle."""
+    no speakable text before the idle clock runs out is LiveIdle."""
     while True:
         pending = text is not None and text.pending
+        idle_left = clock.left()
         try:
-            item = await asyncio.wait_for(inbox.get(), flush_after if pending else idle_timeout)
+            if not idle_left:
+                raise TimeoutError
+            item = await asyncio.wait_for(inbox.get(), min(flush_after, idle_left) if pending else idle_left)
         except TimeoutError:
-            if pending:
+            if pending and clock.left():
                 assert text is not None
                 text.flush()  # the producer paused mid-phrase: speak what there is
                 continue
-            raise LiveIdle(f"no message for {idle_timeout:g} s (POLYTTS_LIVE_IDLE_TIMEOUT_S)") from None
+            raise LiveIdle(f"no text to speak for {clock.timeout_s:g} s (POLYTTS_LIVE_IDLE_TIMEOUT_S)") from None
         if isinstance(item, BaseException):
             raise item
         return item

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
+import os
 import socket
 import threading
 import time
@@ -131,3 +133,71 @@ def send_while_reading(
             sock.shutdown(socket.SHUT_RDWR)  # wakes the sender if it is blocked in sendall
         sender.join(30)
     return Reply(int(status_line.split()[1]), found, body, seconds, sent_then)
+
+
+def raw_connection(url: str, receive_buffer: int = 4096) -> socket.socket:
+    """A plain socket to the server with a small receive buffer: a client that can stop reading for real (an HTTP
+    library would go on filling its own buffers)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(60)
+    sock.connect((host, int(port)))
+    return sock
+
+
+def http_head(method: str, path: str, headers: dict[str, str], length: int | None = None) -> bytes:
+    """A request's head: with a Content-Length when `length` is given, else a chunked body follows."""
+    framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    lines = [f"{method} {path} HTTP/1.1", "Host: polytts", framing, *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def chunk(data: bytes) -> bytes:
+    """One chunk of a chunked request body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def websocket_handshake(path: str, headers: dict[str, str] | None = None) -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    fields = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13"}
+    lines = [f"GET {path} HTTP/1.1", "Host: polytts", *(f"{k}: {v}" for k, v in {**fields, **(headers or {})}.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def websocket_frame(payload: bytes, text: bool = True) -> bytes:
+    """One masked client frame (text or binary), as RFC 6455 has a client send it."""
+    mask = os.urandom(4)
+    size = len(payload)
+    head = bytes([0x81 if text else 0x82])
+    if size < 126:
+        head += bytes([0x80 | size])
+    elif size < 1 << 16:
+        head += bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + size.to_bytes(8, "big")
+    return head + mask + bytes(byte ^ mask[index % 4] for index, byte in enumerate(payload))
+
+
+def read_until(sock: socket.socket, marker: bytes, limit: int = 1 << 20) -> bytes:
+    """Bytes from the socket up to and including `marker` (or what came before the connection ended)."""
+    received = b""
+    while marker not in received and len(received) < limit and (piece := sock.recv(4096)):
+        received += piece
+    return received
+
+
+def reset_or_closed(sock: socket.socket, timeout: float = 30.0) -> str:
+    """Read what the server still sends until the connection ends: `reset`, `closed`, or `open` if it goes on
+    sending after `timeout`."""
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not sock.recv(65536):
+                return "closed"
+    except ConnectionResetError:
+        return "reset"
+    except TimeoutError:
+        pass
+    return "open"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import SIXTY_WORDS
 
@@ -111,6 +112,17 @@ class Target:
 
     def log_says(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+
+def requests_total(target: Target, route: str, outcome: str) -> float:
+    """polytts_requests_total of a route's requests with an outcome, summed over engines (/metrics is public)."""
+    total = 0.0
+    for family in text_string_to_metric_families(httpx.get(target.url + "/metrics", timeout=30).text):
+        for sample in family.samples:
+            found = sample.labels.get("route"), sample.labels.get("outcome")
+            if sample.name == "polytts_requests_total" and found == (route, outcome):
+                total += sample.value
+    return total
 
 
 def expect(condition: bool, seen: str) -> None:

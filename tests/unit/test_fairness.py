@@ -304,14 +304,15 @@ def test_after_an_engine_switch_the_new_engine_keeps_the_thread(loop: asyncio.Ab
 
 
 def test_key_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
-    queue = FairQueue(roomy(max_pending_per_key=2, retry_after=3.0), Clock())
-    queue.add(fake_job(loop, "a"))
-    queue.add(fake_job(loop, "a"))
+    queue = FairQueue(roomy(max_pending_per_key=2), Clock())
+    queue.add(fake_job(loop, "a", chars=100))
+    queue.add(fake_job(loop, "a", chars=100))
     with pytest.raises(Busy) as err:
-        queue.add(fake_job(loop, "a"))
+        queue.add(fake_job(loop, "a", chars=100))
     assert err.value.status == 429
     assert err.value.code == "fairness_key_queue_full"
-    assert err.value.headers() == {"Retry-After": "3"}
+    # Each holds 7 s of GPU work (the prior speed); shared fairly, the first ends after 14 s.
+    assert err.value.headers() == {"Retry-After": "14"}
     assert "'a' has 2 requests pending" in err.value.message
     queue.add(fake_job(loop, "b"))  # another key is still admitted
     stats = queue.stats()
@@ -321,14 +322,14 @@ def test_key_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_engine_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
-    queue = FairQueue(roomy(max_pending_per_engine=2, retry_after=7.0), Clock())
-    queue.add(fake_job(loop, "a", engine="kokoro"))
-    queue.add(fake_job(loop, "b", engine="kokoro"))
+    queue = FairQueue(roomy(max_pending_per_engine=2), Clock())
+    queue.add(fake_job(loop, "a", engine="kokoro", chars=100))
+    queue.add(fake_job(loop, "b", engine="kokoro", chars=50))
     with pytest.raises(Busy) as err:
         queue.add(fake_job(loop, "c", engine="kokoro"))
     assert err.value.status == 429
     assert err.value.code == "engine_queue_full"
-    assert err.value.headers() == {"Retry-After": "7"}
+    assert err.value.headers() == {"Retry-After": "7"}  # "b" (3.5 s of work) ends after 3.5 s of each
     assert "'kokoro' has 2 requests pending" in err.value.message
     queue.add(fake_job(loop, "c", engine="voxcpm"))  # another engine is still admitted
     stats = queue.stats()
@@ -340,15 +341,15 @@ def test_engine_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) -> None:
-    queue = FairQueue(roomy(max_inflight=2, retry_after=2.0), Clock())
-    first = queue.add(fake_job(loop, "a"))
+    queue = FairQueue(roomy(max_inflight=2), Clock())
+    first = queue.add(fake_job(loop, "a", chars=15))
     first.started_at = 1.0  # running jobs count too
-    queue.add(fake_job(loop, "b", engine="voxcpm"))
+    queue.add(fake_job(loop, "b", engine="voxcpm", chars=15))
     with pytest.raises(Busy) as err:
         queue.add(fake_job(loop, "c", engine="qwen"))
     assert err.value.status == 429
     assert err.value.code == "server_busy"
-    assert err.value.headers() == {"Retry-After": "2"}
+    assert err.value.headers() == {"Retry-After": "2"}  # 1.05 s of work each: the first ends after 2.1 s
     assert "2 syntheses in flight" in err.value.message
     queue.remove(first)
     queue.add(fake_job(loop, "c", engine="qwen"))  # room again
@@ -359,7 +360,7 @@ def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) ->
 
 
 def test_queued_characters_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) -> None:
-    queue = FairQueue(roomy(max_queued_chars=100, retry_after=0.2), Clock())
+    queue = FairQueue(roomy(max_queued_chars=100), Clock())
     running = queue.add(fake_job(loop, "a", chars=500))  # an empty queue admits any size
     running.started_at = 1.0  # started: its text no longer counts as waiting
     queue.add(fake_job(loop, "b", chars=60))
@@ -367,7 +368,7 @@ def test_queued_characters_bound_is_a_server_busy_429(loop: asyncio.AbstractEven
         queue.add(fake_job(loop, "c", chars=41))
     assert err.value.status == 429
     assert err.value.code == "server_busy"
-    assert err.value.headers() == {"Retry-After": "1"}  # never below one second
+    assert err.value.headers() == {"Retry-After": "8"}  # "b" waits: 4.2 s of work, and 4.2 s of "a" beside it
     assert "60 characters waiting" in err.value.message
     queue.add(fake_job(loop, "c", chars=40))  # exactly at the bound is admitted
     stats = queue.stats()
@@ -750,16 +751,19 @@ def test_a_detached_reader_that_catches_up_steps_again_after_other_work(loop: as
 
 
 def test_one_client_address_holds_at_most_its_share_of_the_slots(loop: asyncio.AbstractEventLoop) -> None:
-    queue = measured(FairQueue(roomy(max_inflight=4, max_client_share=0.5, retry_after=3.0), Clock()))
+    queue = measured(FairQueue(roomy(max_inflight=4, max_client_share=0.5), Clock()))
     first = queue.add(fake_job(loop, "a"))
     first.client = "10.0.0.1"
     queue.remove(first)
     held = [queue.add(stream_job(loop, key, units=(60,), client="10.0.0.1")) for key in ("a", "b")]
+    retries = []
     for key in ("a", "c"):  # another key from the same address is refused too
         with pytest.raises(Busy) as err:
             queue.add(stream_job(loop, key, units=(60,), client="10.0.0.1"))
-        assert err.value.code == "client_queue_full" and err.value.headers() == {"Retry-After": "3"}
-        assert "at most 2" in err.value.message
+        assert err.value.code == "client_queue_full" and "at most 2" in err.value.message
+        retries.append(err.value.retry_after)
+    # 1.2 s of work each: the first ends after 2.4 s; the second refusal is promised the slot after the first's.
+    assert retries == pytest.approx([2.4, 3.6])
     other = queue.add(fake_job(loop, "a"))
     other.client = "10.0.0.2"
     assert queue.add(stream_job(loop, "a", units=(60,), client="10.0.0.2")) is not None
@@ -792,3 +796,94 @@ def test_rejected_keys_create_no_state_and_key_states_and_labels_are_capped(loop
     rows = wide.stats()["keys"]
     assert list(rows) == ["b", "c", OTHER_KEYS]  # the busiest keys one by one, the rest summed
     assert rows[OTHER_KEYS] == {"running": 0, "waiting": 2, "weight": None, "used_gpu_s": 0.0, "rejected": 0}
+
+
+def live_job(loop: asyncio.AbstractEventLoop, key: str, client: str, text: list[str]) -> Job:
+    """A live request: ready only once its client has sent text (`text` non-empty)."""
+    job = fake_job(loop, key)
+    job.client, job.streaming, job.ready = client, True, lambda: bool(text)
+    return job
+
+
+def test_live_requests_waiting_for_text_hold_no_admission_place(loop: asyncio.AbstractEventLoop) -> None:
+    policy = roomy(max_pending_per_key=8, max_inflight=8, shared_keys=frozenset({"anonymous"}))
+    queue = FairQueue(policy, Clock())
+    texts: list[list[str]] = [[] for _ in range(8)]
+    idle = [queue.add(live_job(loop, "anonymous", "10.0.0.1", text)) for text in texts]
+    # Eight open sessions that send nothing: every other client, and the same one, is still admitted.
+    for client in ("10.0.0.2", "10.0.0.1"):
+        job = fake_job(loop, "anonymous")
+        job.client = client
+        queue.add(job)
+    stats = queue.stats()
+    assert stats["awaiting_text"] == 8 and stats["waiting"] == 2
+    texts[0].append("Hello.")  # one session gets text: it holds a place from now on
+    assert idle[0].awaiting_input is False and queue.stats()["waiting"] == 3
+    assert queue.pick({"kokoro"}) is not None
+
+
+def test_live_requests_waiting_for_text_are_bounded_per_client_address_and_in_all(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    queue = FairQueue(roomy(max_idle_live=3, max_idle_live_per_client=2), Clock())
+    for _ in range(2):
+        queue.add(live_job(loop, "anonymous", "10.0.0.1", []))
+    with pytest.raises(Busy) as err:
+        queue.add(live_job(loop, "anonymous", "10.0.0.1", []))
+    assert err.value.code == "live_sessions_full" and "this client address has 2" in err.value.message
+    queue.add(live_job(loop, "anonymous", "10.0.0.2", []))  # another address: its own share
+    with pytest.raises(Busy) as err:
+        queue.add(live_job(loop, "anonymous", "10.0.0.3", []))
+    assert err.value.code == "live_sessions_full" and "3 live requests wait for text" in err.value.message
+    assert err.value.retry_after is not None and err.value.retry_after > 0
+    queue.add(live_job(loop, "anonymous", "10.0.0.3", ["Hi."]))  # a session with text is ordinary work
+
+
+def test_one_address_cannot_exhaust_the_anonymous_key_for_the_others(loop: asyncio.AbstractEventLoop) -> None:
+    queue = FairQueue(roomy(max_pending_per_key=2, shared_keys=frozenset({"anonymous"})), Clock())
+
+    def from_(client: str, key: str = "anonymous") -> Job:
+        job = fake_job(loop, key)
+        job.client = client
+        return job
+
+    for _ in range(2):
+        queue.add(from_("10.0.0.1"))
+    with pytest.raises(Busy) as err:
+        queue.add(from_("10.0.0.1"))
+    assert err.value.code == "fairness_key_queue_full" and "from this client address" in err.value.message
+    queue.add(from_("10.0.0.2"))  # the same key from another address
+    queue.add(from_("10.0.0.3", key="team"))
+    queue.add(from_("10.0.0.3", key="team"))
+    with pytest.raises(Busy):  # a key of its own is one client's, wherever it comes from
+        queue.add(from_("10.0.0.4", key="team"))
+
+
+def test_refused_clients_that_obey_retry_after_come_back_in_the_order_they_came(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(max_inflight=1), clock))
+    running = queue.add(fake_job(loop, "first", chars=50))  # 1 s of work at the measured speed
+    retries = []
+    for index in range(20):
+        with pytest.raises(Busy) as err:
+            queue.add(fake_job(loop, f"client{index}", chars=50))
+        assert err.value.retry_after is not None
+        retries.append(err.value.retry_after)
+    # One slot each, one request's work apart, in the order of refusal: never all at the same instant.
+    assert retries == sorted(retries) and retries[0] == pytest.approx(1.0)
+    assert [b - a for a, b in zip(retries, retries[1:])] == pytest.approx([1.0] * 19)
+    clock.advance(1.0)
+    queue.remove(running)
+    assert queue.add(fake_job(loop, "client0", chars=50)) is not None  # the first one back finds its slot
+
+
+def test_a_live_request_seen_waiting_for_text_is_marked_so_its_listener_starts_again(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock(5.0)
+    queue = FairQueue(roomy(), clock)
+    text: list[str] = []
+    job = queue.add(live_job(loop, "anonymous", "10.0.0.1", text))
+    assert queue.pick({"kokoro"}) is None and job.input_waited_at == 5.0

@@ -177,3 +177,17 @@ def test_beyond_the_horizon_a_stream_finishes_after_its_share_of_the_thread() ->
     assert [s.id for s in result.state] == [1, 2] and result.state[0].in_hand is not None
     assert HORIZON_S < result.finish[1] < HORIZON_S + 1000  # made at the pace of playback at worst
     assert math.isclose(result.finish[1], result.finish[2], abs_tol=1.0)
+
+
+def test_a_listener_who_ran_dry_while_a_live_request_waited_for_text_starts_again_without_an_underrun() -> None:
+    clock = Playback()
+    clock.delivered(1.0)
+    clock.sent(1.0, produced_at=0.0, now=0.0)
+    clock.ask(0.1)
+    clock.delivered(1.0)
+    # Its client wrote nothing until 9 s: the audio that comes after is a new start, not a stall.
+    assert clock.sent(1.0, produced_at=9.5, now=9.5, input_waited_at=9.0) == 0.0
+    assert clock.underrun_s == 0 and clock.ends_at == 10.5
+    clock.ask(10.0)
+    clock.delivered(1.0)
+    assert clock.sent(1.0, produced_at=11.0, now=11.0, input_waited_at=9.0) == 0.5  # late from the GPU: counted

@@ -19,6 +19,7 @@ from lifecycle.synthesis import RequestContext
 from text.languages import LANGUAGES
 from web import api_docs
 from web.auth import ANONYMOUS, LIVE_SUBPROTOCOL
+from web.connections import CLOSE_CONNECTION
 from web.dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
 from web.http_errors import cut_on_failure, deny_websocket
 from web.live_transport import json_objects, open_session, serve_websocket
@@ -114,7 +115,11 @@ async def tts_live(request: Request, service: ServiceDep, principal: Principal) 
     """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
     complete; options in the query string or the first message."""
     ctx = RequestContext(
-        route="tts/live", principal=principal, streaming=True, client=request.client.host if request.client else None
+        route="tts/live",
+        principal=principal,
+        streaming=True,
+        client=request.client.host if request.client else None,
+        close_connection=request.scope.get(CLOSE_CONNECTION),
     )
     session = await open_session(
         service.synthesis, ctx, dict(request.query_params), json_objects(request.stream()), timed=False
@@ -127,9 +132,9 @@ async def tts_live(request: Request, service: ServiceDep, principal: Principal) 
             async for chunk in session.speech.encoded(fmt):
                 yield chunk
         except ServiceError:
-            # The client left, or one of its messages was wrong (logged): raw audio has no way to say more, so the
-            # answer ends with what was spoken. A failure of the server's own is raised, and cuts the connection.
-            if not (watcher.done() or session.failure):
+            # Raw audio has no way to say what went wrong (a bad message, silence past the idle limit, a failure of
+            # the server's): the body is cut, so the client sees an incomplete answer, never a clean end.
+            if not watcher.done():  # unless the client left: nobody is there to see it
                 raise
         finally:
             watcher.cancel()
@@ -165,5 +170,6 @@ async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
         principal=identity.principal if identity else ANONYMOUS,
         streaming=True,
         client=websocket.client.host if websocket.client else None,
+        close_connection=websocket.scope.get(CLOSE_CONNECTION),
     )
     await serve_websocket(websocket, service.synthesis, ctx)

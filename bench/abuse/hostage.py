@@ -1,0 +1,176 @@
+"""Probes of clients that would hold a node hostage: live sessions that never speak, readers that never read, a live
+request failing after its audio started, and a crowd of refused clients obeying Retry-After.
+
+`probes` needs a keyless node (every client shares the anonymous key) with a short live idle limit and reader idle
+limit, as `SERVER_ENV` sets them; `obeying_retry_after` runs on any keyless node.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from websockets.sync.client import ClientConnection, connect
+
+from bench.abuse.payloads import (
+    chunk,
+    http_head,
+    raw_connection,
+    read_until,
+    reset_or_closed,
+    websocket_frame,
+    websocket_handshake,
+)
+from bench.abuse.probing import LONG_TEXT, SENTENCE, Answer, Target, expect, requests_total, short
+
+LIVE_IDLE_S = 10
+READER_IDLE_S = 5
+SERVER_ENV = {
+    "POLYTTS_LIVE_IDLE_TIMEOUT_S": str(LIVE_IDLE_S),
+    "POLYTTS_READER_IDLE_LIMIT_S": str(READER_IDLE_S),
+    "POLYTTS_SEND_BUFFER_BYTES": "16384",
+    "POLYTTS_MAX_BUFFERED_PIECES": "1",
+}
+"""What `probes` expects of the node; without it (`--url`), the probes that depend on the limits are skipped."""
+
+
+def idle_live_sessions(target: Target, sessions: int = 8) -> Answer:
+    """`sessions` WebSockets that send `{"text": ""}` every second: other requests from the same address and key must
+    be served meanwhile, and every session must end at the idle limit, keep-alives or not."""
+    url = target.url.replace("http", "ws", 1) + "/tts/live/ws?voice=af_heart"
+    opened = [connect(url, open_timeout=30) for _ in range(sessions)]
+    ended: dict[int, tuple[float, str]] = {}
+    began = time.perf_counter()
+
+    def keep_alive(index: int, ws: ClientConnection) -> None:
+        while True:
+            try:
+                event = json.loads(ws.recv(timeout=1.0))
+            except TimeoutError:
+                ws.send(json.dumps({"text": ""}))
+                continue
+            if event["type"] != "start":
+                ended[index] = (time.perf_counter() - began, event.get("code", event["type"]))
+                return
+
+    try:
+        for ws in opened:
+            ws.send(json.dumps({"text": ""}))
+        threads = [threading.Thread(target=keep_alive, args=pair, daemon=True) for pair in enumerate(opened)]
+        for thread in threads:
+            thread.start()
+        with target.client() as client:
+            started = time.perf_counter()
+            spoken = client.post("/tts", json={"text": SENTENCE, "language": "en"})
+            openai = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": SENTENCE})
+            served_s = time.perf_counter() - started
+        expect(spoken.status_code == 200 and openai.status_code == 200, f"/tts {short(spoken)}, OpenAI {short(openai)}")
+        for thread in threads:
+            thread.join(4 * LIVE_IDLE_S)
+    finally:
+        for ws in opened:
+            ws.close()
+    codes = {code for _, code in ended.values()}
+    expect(len(ended) == sessions and codes == {"live_idle_timeout"}, f"{len(ended)} of {sessions} ended: {codes}")
+    last = max(seconds for seconds, _ in ended.values())
+    expect(last < LIVE_IDLE_S + 5, f"the last session ended {last:.1f} s in (idle limit {LIVE_IDLE_S} s)")
+    return Answer(
+        "200 200",
+        f"/tts and OpenAI served in {served_s:.1f} s beside {sessions} idle sessions; all ended by {last:.1f} s",
+    )
+
+
+def readers_that_never_read(target: Target) -> Answer:
+    """A /tts/stream and a live WebSocket whose clients stop reading: each must be dropped, counted and reset."""
+    before = {route: requests_total(target, route, "reader_stalled") for route in ("tts/stream", "tts/live/ws")}
+    stream = raw_connection(target.url)
+    body = json.dumps({"text": LONG_TEXT, "language": "en"}).encode()
+    stream.sendall(http_head("POST", "/tts/stream", {"Content-Type": "application/json"}, len(body)) + body)
+    live = raw_connection(target.url)
+    live.sendall(websocket_handshake("/tts/live/ws?voice=af_heart"))
+    expect(b" 101 " in read_until(live, b"\r\n\r\n"), "the WebSocket handshake failed")
+    for start in range(0, len(LONG_TEXT), 300):
+        live.sendall(websocket_frame(json.dumps({"text": LONG_TEXT[start : start + 300]}).encode()))
+    live.sendall(websocket_frame(b'{"end": true}'))
+    started = time.perf_counter()
+    try:
+        while not all(requests_total(target, route, "reader_stalled") > before[route] for route in before):
+            expect(time.perf_counter() - started < 300, "not both dropped after 300 s")
+            time.sleep(0.5)
+        dropped_s = time.perf_counter() - started
+        ends = reset_or_closed(stream), reset_or_closed(live)
+    finally:
+        stream.close()
+        live.close()
+    expect(all(end in ("reset", "closed") for end in ends), f"connections after the drop: {ends}")
+    return Answer("reader_stalled x2", f"dropped {dropped_s:.1f} s after they stopped reading; connections {ends}")
+
+
+def live_failure_after_audio(target: Target) -> Answer:
+    """A /tts/live body whose second message is not UTF-8, sent once audio has started: the body must be cut (no
+    closing chunk), and counted as `invalid_message`."""
+    before = requests_total(target, "tts/live", "invalid_message")
+    sock = raw_connection(target.url, receive_buffer=1 << 20)
+    try:
+        sock.sendall(http_head("POST", "/tts/live?voice=af_heart", {"Content-Type": "application/x-ndjson"}))
+        sock.sendall(chunk(json.dumps({"text": "The first sentence is spoken at once. "}).encode() + b"\n"))
+        head = read_until(sock, b"\r\n\r\n")
+        expect(head.startswith(b"HTTP/1.1 200"), f"answered {head[:40]!r}")
+        sock.settimeout(120)
+        expect(bool(sock.recv(4096)), "no audio")
+        sock.sendall(chunk(b'{"text": "\xff\xfe not UTF-8"}\n'))
+        rest = b""
+        try:
+            while piece := sock.recv(65536):
+                rest += piece
+        except ConnectionResetError:
+            pass
+    finally:
+        sock.close()
+    expect(not rest.endswith(b"0\r\n\r\n"), "the body ended cleanly: the client cannot tell it failed")
+    counted = requests_total(target, "tts/live", "invalid_message") - before
+    expect(counted == 1, f"counted {counted} times as invalid_message")
+    return Answer("200, cut", "the chunked body ended without its last chunk; counted as invalid_message")
+
+
+def obeying_retry_after(target: Target, clients: int = 200) -> Answer:
+    """`clients` at once, each retrying a short /tts after the Retry-After it gets: how many attempts they make, the
+    most one needs, when the last is served, and how far the order of service strays from the order of arrival."""
+    attempts: list[int] = [0] * clients
+    served_at: list[float] = [0.0] * clients
+    began = time.perf_counter()
+
+    def client(index: int) -> None:
+        with httpx.Client(base_url=target.url, timeout=300, headers=target.auth) as http:
+            time.sleep(index * 0.005)  # arrival order: index
+            while True:
+                attempts[index] += 1
+                answer = http.post("/tts", json={"text": f"{SENTENCE} Number {index}.", "language": "en"})
+                if answer.status_code != 429:
+                    expect(answer.status_code == 200, f"client {index}: {short(answer)}")
+                    served_at[index] = time.perf_counter() - began
+                    return
+                time.sleep(float(answer.headers["retry-after"]))
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    order = sorted(range(clients), key=lambda index: served_at[index])
+    # How far, on average, a client's place in the order of service is from its place in the order of arrival.
+    displacement = sum(abs(place - index) for place, index in enumerate(order)) / clients
+    return Answer(
+        f"200 x{clients}",
+        f"{sum(attempts)} attempts, at most {max(attempts)} by one client; the last served after "
+        f"{max(served_at):.0f} s; mean displacement from arrival order {displacement:.0f} places",
+    )
+
+
+def probes(target: Target, own: bool) -> None:
+    skip = None if own else f"needs a keyless server of its own with {SERVER_ENV}"
+    target.probe("8 idle live sessions with keep-alives", lambda: idle_live_sessions(target), skip)
+    target.probe("readers that never read (stream, WebSocket)", lambda: readers_that_never_read(target), skip)
+    target.probe("live request failing after its audio started", lambda: live_failure_after_audio(target), skip)
+    keyless = None if not target.api_key else "needs a keyless server"
+    target.probe("200 clients obeying Retry-After", lambda: obeying_retry_after(target), keyless)
