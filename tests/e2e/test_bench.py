@@ -145,8 +145,12 @@ def test_every_benchmark_is_a_module_of_the_bench_package_run_from_the_root(
 ) -> None:
     for name in BENCHMARKS:
         monkeypatch.setattr(sys, "argv", [name, "--help"])
+        # What `python -m bench.<name>` runs: the module, or a package's __main__.
+        module = importlib.import_module(f"bench.{name}")
+        if hasattr(module, "__path__"):
+            module = importlib.import_module(f"bench.{name}.__main__")
         with pytest.raises(SystemExit) as done:
-            importlib.import_module(f"bench.{name}").main()
+            module.main()
         assert done.value.code == 0 and "usage:" in capsys.readouterr().out, name
     # As run_all launches them: `python -m`, from the repository root, nothing added to the import path.
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
