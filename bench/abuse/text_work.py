@@ -112,7 +112,8 @@ def mixed_text(target: Target) -> Answer:
 def newcomer(target: Target) -> Answer:
     """A short stream from another fairness key, 1 s after a stream of money amounts (60 of them: within the limit)
     began to play: its first audio waits at most about one step."""
-    alone = stream(target, SHORT, "text-work-new")
+    # Two texts of one length: the second must not be a cache hit of the first.
+    alone = stream(target, f"{SHORT} One.", "text-work-new")
     expect(alone.status == 200 and alone.first_audio_s is not None, f"alone: {alone.status} {alone.code}")
     assert alone.first_audio_s is not None
     playing, stop = threading.Event(), threading.Event()
@@ -124,7 +125,7 @@ def newcomer(target: Target) -> Answer:
     try:
         expect(playing.wait(120), "the money stream gave no audio in 120 s")
         time.sleep(1.0)
-        after = stream(target, SHORT, "text-work-new")
+        after = stream(target, f"{SHORT} Two.", "text-work-new")
     finally:
         stop.set()
         runner.join(120)
