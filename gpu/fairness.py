@@ -234,16 +234,26 @@ class FairQueue:
         return None
 
     def _promise(self, holding: list[Job], job: Job, now: float) -> float:
-        """Retry-After for a job refused because `holding` fill its bound: when the first of them is estimated to
-        end, the GPU thread shared between every admitted job, then one slot per refusal after that, so that clients
-        that obey it come back in about the order they came, few at a time."""
+        """Retry-After for a job refused because `holding` fill its bound: when the first of them should end, then
+        one slot per refusal after that, so that clients that obey it come back in about the order they came, a few
+        at a time."""
         if any(j.awaiting_input for j in holding):  # they end when their clients say so: a fixed guess
             return self._book(now + self.policy.retry_after, self._work_left_s(job), now)
-        running = [j for j in self._jobs() if not j.detached and not j.cancelled.is_set() and not j.awaiting_input]
-        first = min((self._work_left_s(j) for j in holding), default=0.0)
-        # Shared fairly, the job with the least work left ends once every job has had that much GPU time.
-        until_free = sum(min(self._work_left_s(j), first) for j in running)
-        return self._book(now + until_free, self._work_left_s(job), now)
+        first = min((self._ends_in(j) for j in holding), default=0.0)
+        return self._book(now + first, self._work_left_s(job), now)
+
+    def _ends_in(self, job: Job) -> float:
+        """Estimated seconds until the job ends: its key's work up to it (a key's jobs run in order), and as much of
+        each other busy key's work meanwhile (keys share the thread fairly)."""
+        state = self.keys.get(job.key)
+        ahead = list(state.jobs)[: list(state.jobs).index(job) + 1] if state and job in state.jobs else [job]
+        own = sum(self._work_left_s(j) for j in ahead if not j.cancelled.is_set())
+        others = [
+            sum(self._work_left_s(j) for j in other.jobs if not j.detached and not j.cancelled.is_set())
+            for key, other in self.keys.items()
+            if key != job.key
+        ]
+        return own + sum(min(work, own) for work in others)
 
     def _book(self, earliest: float, own_s: float, now: float) -> float:
         """The next retry time not yet promised, from `earliest` on; the refused job then holds it for `own_s`."""

@@ -311,8 +311,8 @@ def test_key_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
         queue.add(fake_job(loop, "a", chars=100))
     assert err.value.status == 429
     assert err.value.code == "fairness_key_queue_full"
-    # Each holds 7 s of GPU work (the prior speed); shared fairly, the first ends after 14 s.
-    assert err.value.headers() == {"Retry-After": "14"}
+    # Each holds 7 s of GPU work (the prior speed); a key's jobs run in order, so the first ends after 7 s.
+    assert err.value.headers() == {"Retry-After": "7"}
     assert "'a' has 2 requests pending" in err.value.message
     queue.add(fake_job(loop, "b"))  # another key is still admitted
     stats = queue.stats()
@@ -329,7 +329,7 @@ def test_engine_queue_full_is_a_429(loop: asyncio.AbstractEventLoop) -> None:
         queue.add(fake_job(loop, "c", engine="kokoro"))
     assert err.value.status == 429
     assert err.value.code == "engine_queue_full"
-    assert err.value.headers() == {"Retry-After": "7"}  # "b" (3.5 s of work) ends after 3.5 s of each
+    assert err.value.headers() == {"Retry-After": "7"}  # "b" (3.5 s of work) ends after 3.5 s of each key
     assert "'kokoro' has 2 requests pending" in err.value.message
     queue.add(fake_job(loop, "c", engine="voxcpm"))  # another engine is still admitted
     stats = queue.stats()
