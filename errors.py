@@ -45,6 +45,9 @@ ERRORS: dict[str, ErrorCode] = {
     ),
     "method_not_allowed": ErrorCode(405, "The resource does not take this method; `Allow` names those it does."),
     "live_idle_timeout": ErrorCode(408, "The live request sent no message for POLYTTS_LIVE_IDLE_TIMEOUT_S."),
+    "inactivity_timeout": ErrorCode(
+        408, "An ElevenLabs WebSocket sent no message for its `inactivity_timeout` (20 s unless the query says)."
+    ),
     "conflict": ErrorCode(409, "The request conflicts with what is stored."),
     "voice_exists": ErrorCode(
         409,
@@ -136,8 +139,13 @@ ERRORS: dict[str, ErrorCode] = {
     "invalid_message": ErrorCode(
         422, 'A live message that is not a JSON object `{"text": ...}`, `{"flush": true}` or `{"end": true}`.'
     ),
+    "invalid_output_format": ErrorCode(422, "An ElevenLabs `output_format` this node does not answer."),
+    "context_closed": ErrorCode(422, "An ElevenLabs WebSocket message for a context already closed on that socket."),
     "upgrade_required": ErrorCode(426, "The route takes a WebSocket handshake."),
     "busy": ErrorCode(429, "The service is at a configured bound."),
+    "too_many_contexts": ErrorCode(
+        429, "An ElevenLabs `multi-stream-input` socket opening a context while 5 are open: close one first."
+    ),
     "fairness_key_queue_full": ErrorCode(
         429, "The request's fairness key has POLYTTS_MAX_PENDING_PER_KEY requests admitted."
     ),

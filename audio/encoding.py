@@ -89,6 +89,8 @@ class Encoder(ABC):
     """
 
     media_type: str
+    threaded = True
+    """Whether a response encodes on a worker thread (a codec's work); what costs nothing runs in place."""
 
     @abstractmethod
     def feed(self, pcm: bytes) -> bytes:
@@ -114,6 +116,7 @@ class Encoder(ABC):
 
 class _PcmEncoder(Encoder):
     media_type = MEDIA_TYPES["pcm"]
+    threaded = False
 
     def feed(self, pcm: bytes) -> bytes:
         return bytes(pcm)
@@ -126,6 +129,7 @@ class _WavEncoder(Encoder):
     """A streamed WAV: the header (sizes unknown) goes out with the first bytes, then the samples as they come."""
 
     media_type = MEDIA_TYPES["wav"]
+    threaded = False
 
     def __init__(self, sample_rate: int) -> None:
         self._header = _riff_header(sample_rate, STREAMING_WAV_SIZE, STREAMING_WAV_SIZE)
@@ -191,7 +195,7 @@ class _Sink:
 class _AvEncoder(Encoder):
     """One PyAV output container with one mono audio stream; each muxed packet is flushed to the sink at once."""
 
-    def __init__(self, fmt: AudioFormat, sample_rate: int) -> None:
+    def __init__(self, fmt: AudioFormat, sample_rate: int, bit_rate: int | None = None) -> None:
         codec = _CODECS[fmt]
         self.media_type = MEDIA_TYPES[fmt]
         self._rate = sample_rate
@@ -215,8 +219,8 @@ class _AvEncoder(Encoder):
             assert isinstance(stream, av.AudioStream), stream
             self._stream = stream
             self._stream.layout = "mono"
-            if codec.bit_rate:
-                self._stream.bit_rate = codec.bit_rate
+            if chosen := bit_rate or codec.bit_rate:
+                self._stream.bit_rate = chosen
             # Opens the codec and writes the container's header now: the first feed returns it, even an empty feed
             # made before any PCM exists, so a response can send it while the first audio is being synthesized.
             self._container.start_encoding()
@@ -271,8 +275,8 @@ class _AvEncoder(Encoder):
             self._container.mux(packet)
 
 
-def open_encoder(fmt: AudioFormat, sample_rate: int) -> Encoder:
-    """A fresh encoder of s16le mono PCM at `sample_rate` into `fmt`."""
+def open_encoder(fmt: AudioFormat, sample_rate: int, bit_rate: int | None = None) -> Encoder:
+    """A fresh encoder of s16le mono PCM at `sample_rate` into `fmt` (a codec at `bit_rate`, else its own)."""
     if fmt not in AUDIO_FORMATS:
         raise ValueError(f"unknown audio format {fmt!r}; one of {', '.join(AUDIO_FORMATS)}")
     if sample_rate <= 0:
@@ -281,7 +285,7 @@ def open_encoder(fmt: AudioFormat, sample_rate: int) -> Encoder:
         return _PcmEncoder()
     if fmt == "wav":
         return _WavEncoder(sample_rate)
-    return _AvEncoder(fmt, sample_rate)
+    return _AvEncoder(fmt, sample_rate, bit_rate)
 
 
 def encode_whole(fmt: AudioFormat, pcm: bytes, sample_rate: int) -> bytes:

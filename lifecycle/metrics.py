@@ -1,8 +1,9 @@
 """Prometheus metrics (`GET /metrics`): request outcomes and timings as they happen, queue and residency state read
 from the scheduler and the model manager at scrape time.
 
-Label values stay bounded: engines and admission codes are fixed sets, and the scheduler lists at most
-`max_key_labels` fairness keys (the rest summed under `(other)`)."""
+Label values stay bounded: engines, admission codes, route templates and statuses are fixed sets (a path no route
+takes is counted under `(none)`, never by its path), and the scheduler lists at most `max_key_labels` fairness keys
+(the rest summed under `(other)`)."""
 
 from __future__ import annotations
 
@@ -106,6 +107,12 @@ class Metrics:
             ["engine", "route", "outcome"],
             registry=None,
         )
+        self.http_requests = Counter(
+            "polytts_http_requests",
+            "Requests other than syntheses by route template ((none): no route took it) and status",
+            ["route", "status"],
+            registry=None,
+        )
         self.time_to_first_audio = Histogram(
             "polytts_time_to_first_audio_seconds",
             "From request to its first audio",
@@ -130,6 +137,7 @@ class Metrics:
         self.cache = Counter("polytts_cache_lookups", "Synthesis cache lookups", ["result"], registry=None)
         shared: list[Collector] = [
             self.requests,
+            self.http_requests,
             self.time_to_first_audio,
             self.real_time_factor,
             self.load_seconds,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import time
@@ -22,6 +23,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from audio.encoding import AudioFormat, codec_sample_rate, encode_whole, open_encoder, to_pcm16
+from audio.output import Output, open_output
 from audio.seams import ChunkJoiner
 from audio.word_timings import Words, WordTiming
 from cache import MemoryCache, synthesis_key
@@ -48,6 +50,9 @@ CACHE_SLICE = 32 * 1024
 """A cached answer is sent in slices of this many bytes, as a generated one is sent in pieces."""
 ENGINE_PARAMS = frozenset(name for spec in ENGINE_SPECS for name in spec.params.model_fields)
 """Request fields that are generation parameters of some engine family; another family's is a 422."""
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+"""The id of the request this task serves (its `X-Request-Id`), set by the web layer's middleware before anything
+else runs: a request's log line carries it however deep the line is written."""
 
 
 class VoiceRequest(Protocol):
@@ -145,6 +150,8 @@ class RequestContext:
     """Returns once the client has gone away; work the request waits for is then cancelled."""
     close_connection: Callable[[], None] | None = None
     """Closes the client's connection at once, where the server lets it (a reader that never reads is let go so)."""
+    request_id: str | None = field(default_factory=REQUEST_ID.get)
+    """The request's `X-Request-Id`, in its log line (the request being served where the context is made)."""
 
 
 @dataclass
@@ -152,6 +159,7 @@ class Timings:
     """One request's timings, logged as one line when it ends."""
 
     route: str
+    request_id: str | None = None
     plan: Plan | None = None
     started: float = field(default_factory=time.perf_counter)
     cache: str = "miss"
@@ -191,7 +199,7 @@ class Timings:
             f"chunks={len(plan.chunks) if plan else 0} cache={self.cache} queue={self.queue_wait:.3f}s "
             f"ttfa={f'{ttfa:.3f}s' if ttfa is not None else '-'} synth={self.synthesis:.3f}s total={self.total:.3f}s "
             f"audio={self.audio_seconds():.2f}s rtf={f'{rtf:.3f}' if rtf is not None else '-'} "
-            f"underrun={f'{self.underrun:.3f}s' if self.underrun is not None else '-'}"
+            f"underrun={f'{self.underrun:.3f}s' if self.underrun is not None else '-'} id={self.request_id or '-'}"
         )
 
     def server_timing(self) -> str:
@@ -265,7 +273,7 @@ class Speech:
         """s16le PCM as it is generated (word timings go to `words`); closing it early cancels the synthesis."""
         return self._audio(self.events())
 
-    def encoded(self, fmt: AudioFormat) -> AsyncGenerator[bytes, None]:
+    def encoded(self, fmt: AudioFormat | Output) -> AsyncGenerator[bytes, None]:
         """The audio in `fmt` as it is generated (see `encoded_events`; word timings go to `words`)."""
         return self._audio(self.encoded_events(fmt))
 
@@ -277,12 +285,14 @@ class Speech:
                 else:
                     yield item
 
-    async def encoded_events(self, fmt: AudioFormat) -> AsyncGenerator[bytes | Words, None]:
-        """The audio in `fmt` as it is generated, and word timings after each chunk's audio: one encoder for the
-        response, fed each piece as it comes. Codecs run on a worker thread a slice at a time, so encoding overlaps
-        synthesis and never holds the event loop."""
-        encoder = open_encoder(fmt, self.plan.engine.sample_rate)
-        threaded = fmt not in ("pcm", "wav")  # these cost nothing
+    async def encoded_events(self, fmt: AudioFormat | Output) -> AsyncGenerator[bytes | Words, None]:
+        """The audio in `fmt` (a native format, or a front's `Output`: another rate, sample encoding or bit rate) as
+        it is generated, and word timings after each chunk's audio: one encoder for the response, fed each piece as
+        it comes. Codecs run on a worker thread a slice at a time, so encoding overlaps synthesis and never holds
+        the event loop."""
+        rate = self.plan.engine.sample_rate
+        encoder = open_output(fmt, rate) if isinstance(fmt, Output) else open_encoder(fmt, rate)
+        threaded = encoder.threaded
         try:
             if header := encoder.feed(b""):  # a container's header leaves at once
                 yield header
@@ -408,7 +418,7 @@ class SynthesisService:
         Raises the ServiceError a client should see (404, 413, 422, 429, 503, ...), logged and counted as the
         request's outcome.
         """
-        timings = Timings(ctx.route)
+        timings = Timings(ctx.route, ctx.request_id)
         try:
             self.check_open()
             plan = timings.plan = await self.plan(request, ctx.engine, timed)
@@ -432,7 +442,7 @@ class SynthesisService:
     ) -> tuple[Speech, LiveText]:
         """Admit a live request: its voice planned now, its phrases spoken as its text (the LiveText returned) gets
         them; never cached."""
-        timings = Timings(ctx.route)
+        timings = Timings(ctx.route, ctx.request_id)
         try:
             self.check_open()
             plan = await self.plan_voice(request, ctx.engine, timed)
@@ -449,8 +459,10 @@ class SynthesisService:
 
     def rejected(self, route: str, error: ServiceError, client: str | None = None) -> None:
         """A request refused before it could be planned (its key, its fairness key or its body was refused, or its
-        handshake came to a draining node): one line, with who asked, and its count, as every request has."""
-        log.info("%s outcome=%s status=%d client=%s", route, error.code, error.status, client or "-")
+        handshake came to a draining node): one line, with who asked and the request's id, and its count, as every
+        request has."""
+        request_id = REQUEST_ID.get() or "-"
+        log.info("%s outcome=%s status=%d client=%s id=%s", route, error.code, error.status, client or "-", request_id)
         self.metrics.requests.labels("none", route, error.code).inc()
 
     def finish(self, timings: Timings, outcome: str) -> None:
@@ -721,7 +733,9 @@ class SynthesisService:
 
     @staticmethod
     def _log_failure(plan: Plan, timings: Timings, exc: Exception) -> None:
-        if timings.first_audio is None:  # still answerable with an error status
+        if isinstance(exc, ServiceError) and exc.status < 500:  # the client's doing: its outcome line says it all
+            log.info("synthesis ended early (engine=%s voice=%s): %s", plan.engine.name, plan.voice_key, exc)
+        elif timings.first_audio is None:  # still answerable with an error status
             log.warning("synthesis failed before any audio (engine=%s): %s", plan.engine.name, exc)
         elif isinstance(exc, ServiceError):  # dropped or refused by the service itself: no traceback to show
             log.warning("synthesis ended mid-stream (engine=%s voice=%s): %s", plan.engine.name, plan.voice_key, exc)

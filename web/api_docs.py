@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES, AudioFormat
 from errors import ERRORS
-from web.http_errors import OPENAI_PREFIX
+from web.elevenlabs_protocol import ElevenLabsErrorBody
+from web.http_errors import ELEVENLABS_PREFIX, OPENAI_PREFIX
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -86,8 +87,11 @@ def _why(status: int) -> str:
     return "\n".join([_SUMMARY[status], "", *codes])
 
 
-def _error(status: int, openai: bool) -> dict[str, Any]:
-    body = OpenAIErrorBody if openai else ErrorBody
+ErrorShape = type[BaseModel]
+
+
+def _error(status: int, openai: bool | ErrorShape) -> dict[str, Any]:
+    body = openai if isinstance(openai, type) else OpenAIErrorBody if openai else ErrorBody
     entry: dict[str, Any] = {
         "description": _why(status),
         "content": {"application/json": {"schema": {"$ref": COMPONENTS + body.__name__}}},
@@ -97,9 +101,11 @@ def _error(status: int, openai: bool) -> dict[str, Any]:
     return entry
 
 
-def errors(*statuses: int, openai: bool = False) -> Responses:
-    """`responses=` entries for the error statuses a route answers itself; `openai`: in OpenAI's shape."""
-    return {status: _error(status, openai) for status in statuses}
+def errors(*statuses: int, openai: bool = False, elevenlabs: bool = False) -> Responses:
+    """`responses=` entries for the error statuses a route answers itself; `openai`: in OpenAI's shape;
+    `elevenlabs`: in ElevenLabs' shape."""
+    shape: bool | ErrorShape = ElevenLabsErrorBody if elevenlabs else openai
+    return {status: _error(status, shape) for status in statuses}
 
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -289,7 +295,7 @@ def _complete(
 ) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     models = components.setdefault("schemas", {})
-    for model in (ErrorBody, OpenAIErrorBody):
+    for model in (ErrorBody, OpenAIErrorBody, ElevenLabsErrorBody):
         found = model.model_json_schema(ref_template=COMPONENTS + "{model}")
         models.update(found.pop("$defs", {}))
         models[model.__name__] = found
@@ -302,7 +308,9 @@ def _complete(
         "/ready, /metrics and the docs then needs a key.",
     }
     for path, operations in schema.get("paths", {}).items():
-        openai = path.startswith(OPENAI_PREFIX)
+        openai: bool | ErrorShape = path.startswith(OPENAI_PREFIX)
+        if path.startswith(ELEVENLABS_PREFIX):
+            openai = ElevenLabsErrorBody
         for operation in operations.values():
             _shared(operation, openai, keyed=not public(path))
     for unused in ("HTTPValidationError", "ValidationError"):
@@ -310,7 +318,7 @@ def _complete(
     return schema
 
 
-def _shared(operation: dict[str, Any], openai: bool, keyed: bool) -> None:
+def _shared(operation: dict[str, Any], openai: bool | ErrorShape, keyed: bool) -> None:
     responses = operation.setdefault("responses", {})
     for status, entry in list(responses.items()):
         if "HTTPValidationError" in str(entry):  # FastAPI's default 422: the service answers its own body

@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from errors import InvalidInput, ServiceError, Unauthorized
@@ -24,6 +24,7 @@ LIVE_SUBPROTOCOL = "polytts"
 """The WebSocket subprotocol the live route accepts; a browser, which cannot set headers on a WebSocket, offers its
 key beside it as `bearer.<key in unpadded base64url>` (a subprotocol never appears in access logs, a query does)."""
 _KEY_SUBPROTOCOL = "bearer."
+XI_API_KEY = "xi-api-key"
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,15 @@ class ApiKeys:
                 found = Identity(name, admin)
         return found
 
-    def identify(self, headers: Headers, subprotocols: list[str] | None = None) -> Identity:
-        """Who a request is, or Unauthorized/InvalidInput; a WebSocket's key may come as a subprotocol."""
+    def identify(
+        self, headers: Headers, subprotocols: list[str] | None = None, query_key: str | None = None
+    ) -> Identity:
+        """Who a request is, or Unauthorized/InvalidInput; a WebSocket's key may come as a subprotocol. ElevenLabs'
+        clients send theirs as `xi-api-key` (a header, or on a WebSocket the `query_key` parameter)."""
         if self:
             scheme, _, token = headers.get("authorization", "").partition(" ")
             offered = [_subprotocol_key(p) for p in subprotocols or [] if p.startswith(_KEY_SUBPROTOCOL)]
+            offered += [key for key in (headers.get(XI_API_KEY), query_key) if key]
             if scheme.lower() != "bearer" and offered:
                 scheme, token = "bearer", offered[0]
             identity = self._lookup(token.strip()) if scheme.lower() == "bearer" else None
@@ -94,7 +99,8 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         try:
-            identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"))
+            query_key = QueryParams(scope["query_string"]).get(XI_API_KEY) if scope["type"] == "websocket" else None
+            identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"), query_key)
         except ServiceError as exc:
             # A WebSocket is refused before its handshake completes, even on a public path.
             if scope["type"] == "websocket" or not is_public(scope["path"], self.public):

@@ -80,7 +80,8 @@ class SpeechRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                route, client = request.url.path.strip("/"), request.client.host if request.client else None
+                # The template, not the path: a path per voice (ElevenLabs' routes) would be a label per voice.
+                route, client = self.path.strip("/"), request.client.host if request.client else None
                 get_service(request).synthesis.rejected(route, invalid_fields(exc.errors()), client)
                 raise
 

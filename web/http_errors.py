@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from errors import ServiceError, StreamCut, invalid_fields
 from lifecycle.synthesis import SynthesisService
+from web import elevenlabs_protocol
 from web.openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
@@ -71,10 +72,19 @@ OPENAI_PREFIX = "/v1/"
 """Routes of the OpenAI surface answer errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`."""
 
 
+ELEVENLABS_PREFIX = elevenlabs_protocol.PREFIX + "/"
+"""Routes of the ElevenLabs surface answer errors in ElevenLabs' shape, `{"detail": {"status", "message"}}`."""
+
+
 def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResponse:
     if exc.status in (429, 503) and exc.retry_after is None:
         exc.retry_after = retry_after
-    body = service_error_body(exc) if path.startswith(OPENAI_PREFIX) else exc.body()
+    if path.startswith(OPENAI_PREFIX):
+        body = service_error_body(exc)
+    elif path.startswith(ELEVENLABS_PREFIX):
+        body = elevenlabs_protocol.error_body(exc)
+    else:
+        body = exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers())
 
 

@@ -215,14 +215,14 @@ async def json_objects(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, 
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             if line.strip():
-                yield _object(line)
+                yield parse_object(line)
         if len(buffer) > MAX_LINE_BYTES:
             raise PayloadTooLarge(f"a live message is longer than {MAX_LINE_BYTES} bytes", code="message_too_large")
     if buffer.strip():
-        yield _object(buffer)
+        yield parse_object(buffer)
 
 
-def _object(raw: str | bytes) -> dict[str, Any]:
+def parse_object(raw: str | bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError as exc:
@@ -287,4 +287,4 @@ async def _ws_objects(websocket: WebSocket) -> AsyncIterator[dict[str, Any]]:
         received = await websocket.receive()
         if received["type"] == "websocket.disconnect":
             raise ClientDisconnected("the client closed the WebSocket")
-        yield _object(received.get("text") or received.get("bytes") or b"")
+        yield parse_object(received.get("text") or received.get("bytes") or b"")

@@ -1,5 +1,5 @@
-"""ASGI middleware: one access-log line per non-speech request, a bound on request bodies as they arrive, and a
-quiet end for streamed answers cut mid-way.
+"""ASGI middleware: one access-log line and one count per non-speech request, a bound on request bodies as they
+arrive, and a quiet end for streamed answers cut mid-way.
 
 Plain ASGI rather than BaseHTTPMiddleware, which would buffer streamed bodies and hide client disconnects.
 """
@@ -14,8 +14,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from errors import PayloadTooLarge, StreamCut
 from web.http_errors import SPEECH_ROUTE, error_response, refuse, route_path
+from web.request_ids import REQUEST_ID
 
 log = logging.getLogger("polytts.server")
+UNMATCHED = "(none)"
+"""The route label of a request no route takes (an unknown path, a method the path lacks)."""
+_STATUS_OF = {"websocket.accept": 101, "websocket.close": 403}
+"""A WebSocket's status in its line: accepted, or closed before the handshake completed (what the client sees)."""
 
 
 class CutStreams:
@@ -33,9 +38,11 @@ class CutStreams:
 
 
 class AccessLog:
-    """One log line per request with its status and time. A speech route's request (a route under `own_log`) gets
-    the lifecycle's instead, with audio timings, even when refused before the route ran (`http_errors.refuse`): it
-    is marked with its route in its scope's state (SPEECH_ROUTE)."""
+    """One log line per request with its status, time and id, and one count in `polytts_http_requests_total` by
+    route template and status: refusals before any route (a 401, a 404 on an unknown path, a refused handshake)
+    included. A speech route's request (a route under `own_log`) gets the lifecycle's line and count instead, with
+    audio timings, even when refused before the route ran (`http_errors.refuse`): it is marked with its route in its
+    scope's state (SPEECH_ROUTE)."""
 
     def __init__(self, app: ASGIApp, own_log: tuple[str, ...]) -> None:
         self.app = app
@@ -49,7 +56,7 @@ class AccessLog:
                 scope.setdefault("state", {})[SPEECH_ROUTE] = route.strip("/")
                 await self.app(scope, receive, send)
                 return
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -57,14 +64,23 @@ class AccessLog:
 
         async def send_with_status(message: Message) -> None:
             nonlocal status
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind in ("http.response.start", "websocket.http.response.start"):
                 status = message["status"]
+            elif kind in _STATUS_OF and status == 500:  # the first answer decides: a close after an accept is no 403
+                status = _STATUS_OF[kind]
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_status)
         finally:
-            log.info("%s %s %d %.3fs", scope["method"], scope["path"], status, time.perf_counter() - started)
+            method = scope["method"] if scope["type"] == "http" else "WEBSOCKET"
+            request_id = scope.get("state", {}).get(REQUEST_ID, "-")
+            took = time.perf_counter() - started
+            log.info("%s %s %d %.3fs id=%s", method, scope["path"], status, took, request_id)
+            route = route_path(scope["app"].router.routes, scope)
+            metrics = scope["app"].state.service.metrics
+            metrics.http_requests.labels(route or UNMATCHED, str(status)).inc()
 
 
 class BodyLimit:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,6 +161,23 @@ def test_openai_requests_share_the_lifecycle(client: openai.OpenAI, node: Server
     metrics = httpx.get(node.url + "/metrics").text
     assert 'polytts_requests_total{engine="kokoro",outcome="ok",route="v1/audio/speech"}' in metrics
     assert "v1/audio/speech outcome=ok" in node.log()
+
+
+def test_the_sdk_sees_each_requests_id(client: openai.OpenAI, node: ServerProcess) -> None:
+    """The SDK reads `x-request-id` (its `request_id`, and `_request_id` on parsed objects, which LiveKit logs):
+    a new id per request, or the caller's own, which the node's log line carries too."""
+    models = client.models.list()
+    assert models._request_id and len(models._request_id) == 32
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice=VOICE, input="Who asked?", response_format="pcm", extra_headers={"X-Request-Id": "lk-1"}
+    ) as response:
+        assert response.request_id == "lk-1" and len(response.read()) > 0
+    line = re.compile(r"v1/audio/speech outcome=ok .* id=lk-1$", re.MULTILINE)
+    wait_until(lambda: line.search(node.log()), 10, "the request's log line", detail=node.log)
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.audio.speech.create(model="tts-9", voice=VOICE, input=SENTENCE, extra_headers={"X-Request-Id": "lk-2"})
+    assert refused.value.request_id == "lk-2"
+    assert "v1/audio/speech outcome=model_not_found status=404 client=127.0.0.1 id=lk-2" in node.log()
 
 
 def test_an_abandoned_stream_frees_the_gpu_thread(client: openai.OpenAI, node: ServerProcess) -> None:

@@ -60,6 +60,7 @@ def test_every_error_status_is_documented_with_the_service_error_body(schema: di
     for path, method, operation in operations(schema):
         # /ready's 503 is its answer, not an error: the node's state.
         body = "OpenAIErrorBody" if path.startswith("/v1/") else "ReadyState" if path == "/ready" else "ErrorBody"
+        body = "ElevenLabsErrorBody" if path.startswith("/elevenlabs/") else body
         for status, entry in operation["responses"].items():
             if int(status) < 400:
                 continue
@@ -195,7 +196,10 @@ def test_an_unknown_method_is_a_405_that_names_the_allowed_ones(client: TestClie
             assert response.status_code == 405, f"{method} {path}: {response.text}"
             assert response.headers["allow"] == ", ".join(sorted(m.upper() for m in item)), path
             body = response.json()
-            code = body["error"]["code"] if template.startswith("/v1/") else body["code"]
+            if template.startswith("/elevenlabs/"):
+                code = body["detail"]["status"]
+            else:
+                code = body["error"]["code"] if template.startswith("/v1/") else body["code"]
             assert code == "method_not_allowed"
     ws = client.get("/tts/live/ws")
     assert (ws.status_code, ws.headers["upgrade"]) == (426, "websocket")

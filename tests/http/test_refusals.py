@@ -1,6 +1,8 @@
 """Requests refused before their route runs, in this process: on every speech route a missing or wrong key, a bad
-X-Fairness-Key, a body over the limit and a handshake to a draining node are each one log line and one count in
-`polytts_requests_total`, as the route's other refusals are."""
+X-Fairness-Key, a body over the limit, an unknown OpenAI model and a handshake to a draining node are each one log
+line (with the request's id) and one count in `polytts_requests_total`, as the route's other refusals are; every
+other refusal (an unknown path, a handshake no route takes) is one access line and one count in
+`polytts_http_requests_total`."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
 
 from server import MAX_JSON_BODY_BYTES
 from tests.support.apps import InProcessApp
 
 KEY = "refusal-secret"
+REQUEST_ID = "refusal-trace-1"
 WEBSOCKET = "WEBSOCKET"
 SPEECH_ROUTES = [
     ("POST", "/tts"),
@@ -48,16 +52,20 @@ def keyless(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> 
         yield app
 
 
-def requests_total(client: TestClient, route: str, outcome: str) -> float:
+def counted(client: TestClient, name: str, labels: dict[str, str]) -> float:
     for family in text_string_to_metric_families(client.get("/metrics").text):
         for sample in family.samples:
-            if sample.name == "polytts_requests_total" and sample.labels == {
-                "engine": "none",
-                "route": route,
-                "outcome": outcome,
-            }:
+            if sample.name == name and sample.labels == labels:
                 return sample.value
     return 0.0
+
+
+def requests_total(client: TestClient, route: str, outcome: str) -> float:
+    return counted(client, "polytts_requests_total", {"engine": "none", "route": route, "outcome": outcome})
+
+
+def http_requests_total(client: TestClient, route: str, status: int) -> float:
+    return counted(client, "polytts_http_requests_total", {"route": route, "status": str(status)})
 
 
 def send(client: TestClient, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:
@@ -71,13 +79,15 @@ def send(client: TestClient, method: str, path: str, headers: dict[str, str], bo
 
 
 def refused_once(app: InProcessApp, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> str:
-    """Send one request that must be refused before its route runs: its status, and the one line it logged."""
+    """Send one request that must be refused before its route runs: its status, and the one line it logged (which
+    ends with the request's id: REQUEST_ID, sent as the client's own)."""
     route = path.strip("/")
     logged = len(app.log())
-    status = send(app.client, method, path, headers, body)
+    status = send(app.client, method, path, {**headers, "X-Request-Id": REQUEST_ID}, body)
     lines = app.log()[logged:].splitlines()
     assert len(lines) == 1 and f"{route} outcome=" in lines[0], lines
-    return f"{status} {lines[0].split(': ', 1)[1]}"
+    assert lines[0].endswith(f" id={REQUEST_ID}"), lines
+    return f"{status} {lines[0].split(': ', 1)[1].removesuffix(f' id={REQUEST_ID}')}"
 
 
 @pytest.mark.parametrize(("method", "path"), SPEECH_ROUTES)
@@ -125,18 +135,43 @@ def test_a_handshake_to_a_draining_node_is_logged_and_counted(keyed: InProcessAp
     assert requests_total(keyed.client, "tts/live/ws", "draining") == before + 1
 
 
-def test_other_refusals_keep_their_access_line_and_no_count(keyed: InProcessApp) -> None:
-    """Not a speech route, or a path under one that no route takes: the access log's line, and no count."""
+def test_other_refusals_get_their_access_line_and_an_http_count(keyed: InProcessApp) -> None:
+    """Not a speech route, or a path under one that no route takes: the access log's line with the request's id,
+    and a count by route template, `(none)` where no route takes the path (never the path a client sent)."""
     key = {"Authorization": f"Bearer {KEY}"}
-    for method, path, headers, status in [
-        ("POST", "/voices", {}, 401),
-        ("POST", "/tts/nowhere", {}, 401),
-        ("POST", "/tts/nowhere", key, 404),
-        ("GET", "/tts", key, 405),
+    for method, path, headers, status, route in [
+        ("POST", "/voices", {}, 401, "/voices"),
+        ("POST", "/tts/nowhere", {}, 401, "(none)"),
+        ("POST", "/tts/nowhere", key, 404, "(none)"),
+        ("GET", "/no/such/path", key, 404, "(none)"),
+        ("GET", "/tts", key, 405, "(none)"),
     ]:
+        before = http_requests_total(keyed.client, route, status)
         logged = len(keyed.log())
-        assert keyed.client.request(method, path, headers=headers).status_code == status
+        sent = keyed.client.request(method, path, headers={**headers, "X-Request-Id": REQUEST_ID})
+        assert sent.status_code == status and sent.headers["x-request-id"] == REQUEST_ID
         lines = keyed.log()[logged:].splitlines()
-        assert len(lines) == 1 and re.search(rf" {method} {path} {status} [0-9.]+s$", lines[0]), lines
+        assert len(lines) == 1 and re.search(rf" {method} {path} {status} [0-9.]+s id={REQUEST_ID}$", lines[0]), lines
+        assert http_requests_total(keyed.client, route, status) == before + 1
     metrics = keyed.client.get("/metrics").text
-    assert 'route="voices"' not in metrics and 'route="tts/nowhere"' not in metrics
+    assert 'route="voices"' not in metrics and "nowhere" not in metrics and "no/such" not in metrics
+
+
+def test_an_unknown_model_is_logged_and_counted(keyless: InProcessApp) -> None:
+    """`model_not_found` is decided by the OpenAI route before the lifecycle runs: still its line and its count."""
+    before = requests_total(keyless.client, "v1/audio/speech", "model_not_found")
+    body = b'{"model": "tts-9", "input": "hi", "voice": "alloy"}'
+    answer = refused_once(keyless, "POST", "/v1/audio/speech", {"Content-Type": "application/json"}, body)
+    assert answer == "404 v1/audio/speech outcome=model_not_found status=404 client=testclient"
+    assert requests_total(keyless.client, "v1/audio/speech", "model_not_found") == before + 1
+
+
+def test_a_handshake_no_route_takes_is_logged_and_counted(keyless: InProcessApp) -> None:
+    before = http_requests_total(keyless.client, "(none)", 403)
+    logged = len(keyless.log())
+    with pytest.raises(WebSocketDisconnect):
+        with keyless.client.websocket_connect("/tts/websocket", headers={"X-Request-Id": REQUEST_ID}):
+            pass
+    lines = keyless.log()[logged:].splitlines()
+    assert len(lines) == 1 and re.search(rf" WEBSOCKET /tts/websocket 403 [0-9.]+s id={REQUEST_ID}$", lines[0]), lines
+    assert http_requests_total(keyless.client, "(none)", 403) == before + 1

@@ -1,5 +1,5 @@
 """The OpenAI speech API, a second front on the same lifecycle: `POST /v1/audio/speech`, `GET /v1/models`,
-`GET /v1/audio/voices`. Only the request shape, the error shape and the default format differ from the native
+`GET /v1/audio/models`, `GET /v1/audio/voices`. Only the request shape, the error shape and the default format differ from the native
 routes; voices, caches, scheduling, limits, timings and metrics are the same."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from audio.encoding import MEDIA_TYPES
+from errors import ServiceError
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, StreamContext
 from web.http_errors import cut_on_failure
@@ -43,7 +44,11 @@ _SPEECH = api_docs.audio(
     responses={**_SPEECH, **api_docs.errors(404, 413, 422, 429, 503, openai=True)},
 )
 async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:
-    ctx.engine = resolve_model(body.model, service.settings.default_engine, service.pool.engines)
+    try:
+        ctx.engine = resolve_model(body.model, service.settings.default_engine, service.pool.engines)
+    except ServiceError as exc:  # refused before the lifecycle saw it: logged and counted as its refusals are
+        service.synthesis.rejected(ctx.route, exc, ctx.client)
+        raise
     native = TTSRequest(
         text=body.input,
         voice_id=resolve_voice(body.voice, service.openai_voices),
@@ -74,6 +79,13 @@ async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -
 @router.get("/models")
 async def models(service: ServiceDep) -> dict[str, Any]:
     return models_list(service.pool.engines, service.settings.default_engine, int(service.started_at))
+
+
+@router.get("/audio/models")
+async def audio_models(service: ServiceDep) -> dict[str, Any]:
+    """The speech models, for clients that ask the audio API for them (Open WebUI's model list reads `models`)."""
+    listed = models_list(service.pool.engines, service.settings.default_engine, int(service.started_at))
+    return {**listed, "models": listed["data"]}
 
 
 @router.get("/audio/voices")

@@ -1,0 +1,177 @@
+"""The compatible fronts keep the live route's latency: the same simulated language model over `/tts/live/ws` and
+over the ElevenLabs `multi-stream-input` WebSocket.
+
+    python -m bench.fronts                        # starts server.py (caches off); 3 runs per route
+    python -m bench.fronts --url URL --api-key KEY --runs 1 --tokens-per-s 50
+
+The text (bench/common.py SIXTY_WORDS) is cut into tokens and sent at `--tokens-per-s` (30) as bench/live.py does:
+natively as `{"text": token}` then `{"end": true}`; to the ElevenLabs front as `{"text": token, "context_id"}` after
+the context's `{"text": " "}`, then a flush and `close_context` (Pipecat's end of a turn), audio asked as
+`pcm_24000` (the engine's rate: no resampling) unless `--output-format` says otherwise. The runs alternate.
+
+A phrase is what the server spoke as one chunk (native: a `words` event; ElevenLabs: a message with its
+`alignment`); its delay is from the arrival of its last token to its first audio (bench/live.py `analyse`). Reported
+per phrase: the median delay of each route and the front's excess over the native route; per run, the stalls of a
+client playing from the first byte in real time. Goals: each phrase within 50 ms of the native route's; no stall
+at 30 tokens/s while generation is faster than real time. Writes `bench/results/fronts-<UTC time>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from bench.common import SIXTY_WORDS, figure_main, measure_stream
+from bench.live import LiveRun, analyse, over_websocket, phrases, produce, tokens
+from settings import load_settings
+
+GOAL_EXCESS_S = 0.05
+CONTEXT = "bench"
+
+
+async def over_elevenlabs(url: str, parts: list[str], args: argparse.Namespace) -> LiveRun:
+    """One context on the ElevenLabs `multi-stream-input` WebSocket, fed as an agent framework feeds it."""
+    query = f"output_format={args.output_format}&language_code=en"
+    uri = f"{url.replace('http', 'ws', 1)}/elevenlabs/v1/text-to-speech/{args.voice}/multi-stream-input?{query}"
+    headers = {"xi-api-key": args.api_key} if args.api_key else {}
+    async with connect(uri, additional_headers=headers, max_size=None) as ws:
+        run = LiveRun("elevenlabs", time.perf_counter(), sample_rate=int(args.output_format.split("_")[1]))
+        await ws.send(json.dumps({"text": " ", "context_id": CONTEXT}))
+
+        async def end() -> None:
+            await ws.send(json.dumps({"context_id": CONTEXT, "flush": True}))
+            await ws.send(json.dumps({"context_id": CONTEXT, "close_context": True}))
+
+        sender = asyncio.create_task(
+            produce(
+                run,
+                parts,
+                args.tokens_per_s,
+                lambda t: ws.send(json.dumps({"text": t, "context_id": CONTEXT})),
+                end,
+            )
+        )
+        try:
+            async for message in ws:
+                now = time.perf_counter()
+                event = json.loads(message)
+                if event.get("audio"):
+                    run.audio.append((now, len(base64.b64decode(event["audio"]))))
+                if event.get("alignment"):
+                    run.phrase_ends.append(run.audio_bytes)
+                    run.spoken.append("".join(event["alignment"]["chars"]).strip())
+                if event.get("error"):
+                    run.error = f"{event['error']}: {event.get('message')}"
+                if event.get("isFinal"):
+                    break
+            await sender
+            await ws.send(json.dumps({"close_socket": True}))
+        except (ConnectionClosed, OSError) as exc:
+            run.error = run.error or f"{type(exc).__name__}: {exc}"
+        finally:
+            sender.cancel()
+    return run
+
+
+def _analysed(run: LiveRun, parts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    whole = run.error is None and " ".join(run.spoken).split() == SIXTY_WORDS.split()
+    if not whole:
+        return {"error": run.error, "spoken_whole_text": False}
+    said = phrases(parts, run.spoken, args.first_chunk_chars, args.chunk_chars)
+    return {"error": None, "spoken_whole_text": True, **analyse(run, said, [0, *run.phrase_ends[:-1]])}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def fronts(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    parts = tokens(SIXTY_WORDS)
+    auth = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    with httpx.Client(base_url=url, timeout=600) as client:
+        rtf_run = measure_stream(client, SIXTY_WORDS, args.voice, auth)  # warms up, and tells generation's pace
+    runs: dict[str, list[dict[str, Any]]] = {"native": [], "elevenlabs": []}
+    for _ in range(args.runs):
+        native = asyncio.run(asyncio.wait_for(over_websocket(url, parts, args), args.timeout))
+        runs["native"].append(_analysed(native, parts, args))
+        front = asyncio.run(asyncio.wait_for(over_elevenlabs(url, parts, args), args.timeout))
+        runs["elevenlabs"].append(_analysed(front, parts, args))
+    delays: dict[str, dict[str, list[float]]] = {route: {} for route in runs}
+    for route, done in runs.items():
+        for run in done:
+            for row in run.get("phrases", []):
+                if row["after_last_token_s"] is not None:
+                    delays[route].setdefault(row["text"], []).append(row["after_last_token_s"])
+    rows: list[dict[str, Any]] = []
+    for text in sorted(set(delays["native"]) & set(delays["elevenlabs"]), key=SIXTY_WORDS.find):
+        native_s, front_s = _median(delays["native"][text]), _median(delays["elevenlabs"][text])
+        assert native_s is not None and front_s is not None
+        rows.append({"text": text, "native_s": native_s, "elevenlabs_s": front_s, "excess_s": front_s - native_s})
+    rtf = float(rtf_run["total_s"]) / float(rtf_run["audio_s"]) if rtf_run.get("audio_s") else None
+    faster = rtf is not None and rtf < 1
+    front_runs = [run for run in runs["elevenlabs"] if "playback" in run]
+    out: dict[str, Any] = {
+        "text": {"tokens": len(parts), "tokens_per_s": args.tokens_per_s, "output_format": args.output_format},
+        "stream_rtf": rtf,
+        "routes": runs,
+        "phrases": rows,
+        "goal": {"excess_at_most_s": GOAL_EXCESS_S, "stalls": "none while generation is faster than real time"},
+        "delay_met": bool(rows) and all(row["excess_s"] <= GOAL_EXCESS_S for row in rows),
+        "stalls_met": all(run["playback"]["stalls"] == 0 for run in front_runs) if faster and front_runs else None,
+    }
+    out["failed"] = [] if out["delay_met"] and out["stalls_met"] is not False else ["fronts"]
+    return out
+
+
+def summary(fig: dict[str, Any]) -> str:
+    lines = [
+        f"{fig['text']['tokens']} tokens at {fig['text']['tokens_per_s']:g}/s; /tts/stream real-time factor "
+        f"{fig['stream_rtf']:.3f}"
+        if fig["stream_rtf"] is not None
+        else "no real-time factor",
+        "  phrase                                      native  elevenlabs  excess",
+    ]
+    for row in fig["phrases"]:
+        lines.append(
+            f"  {row['text'][:42]:42}  {row['native_s']:6.3f}  {row['elevenlabs_s']:10.3f}  {row['excess_s']:+.3f}"
+        )
+    for route, done in fig["routes"].items():
+        for number, run in enumerate(done, 1):
+            play = run.get("playback")
+            state = f"stalls {play['stalls']}, {play['underrun_s']:.3f} s" if play else f"not analysed: {run['error']}"
+            lines.append(f"  {route} run {number}: {state}")
+    stalls = {True: "met", False: "not met", None: "not judged"}[fig["stalls_met"]]
+    lines.append(
+        f"goal: within {GOAL_EXCESS_S * 1000:.0f} ms of /tts/live/ws: {'met' if fig['delay_met'] else 'not met'}; "
+        f"no stalls: {stalls}"
+    )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    defaults = load_settings()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="a running server with caches off; default: start one")
+    parser.add_argument("--api-key", help="the server's API key, if it has keys")
+    parser.add_argument("--voice", default="af_heart", help="voice id or built-in name (default af_heart)")
+    parser.add_argument("--output-format", default="pcm_24000", help="the ElevenLabs front's output_format")
+    parser.add_argument("--runs", type=int, default=3, help="live requests per route")
+    parser.add_argument("--tokens-per-s", type=float, default=30.0, help="the simulated model's speed (default 30)")
+    parser.add_argument("--first-chunk-chars", type=int, default=defaults.first_chunk_chars)
+    parser.add_argument("--chunk-chars", type=int, default=defaults.chunk_chars)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per live request (default 300)")
+    return figure_main("fronts", parser, fronts, summary)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

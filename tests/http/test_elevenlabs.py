@@ -1,0 +1,260 @@
+"""The ElevenLabs front in process: output formats at their rates, alignments from word timings, voices, the key as
+`xi-api-key`, ElevenLabs' error shape for bad input, and the WebSockets' contexts."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from starlette.testclient import WebSocketTestSession
+from starlette.websockets import WebSocketDisconnect
+
+from tests.support.apps import InProcessApp
+
+KEY = {"xi-api-key": "sk-el"}
+BASE = "/elevenlabs/v1"
+SAY = f"{BASE}/text-to-speech/af_heart"
+SENTENCE = "Hello there, how are you today?"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[InProcessApp]:
+    with InProcessApp(tmp_path_factory.mktemp("elevenlabs"), POLYTTS_API_KEYS='{"sk-el": "eleven"}') as running:
+        yield running
+
+
+@pytest.fixture
+def client(app: InProcessApp) -> TestClient:
+    return app.client
+
+
+def pcm_seconds(client: TestClient) -> float:
+    native = client.post("/tts/stream", json={"text": SENTENCE, "voice": "af_heart"}, headers=KEY)
+    return len(native.content) / 2 / 24_000
+
+
+def loud(samples: np.ndarray) -> bool:
+    return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) > 300
+
+
+def detail(response: Any) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"detail"}, body
+    return body["detail"]
+
+
+@pytest.mark.parametrize("rate", [16000, 22050, 24000, 44100])
+def test_pcm_comes_at_the_rate_asked(client: TestClient, rate: int) -> None:
+    response = client.post(f"{SAY}?output_format=pcm_{rate}", json={"text": SENTENCE}, headers=KEY)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-sample-rate"] == str(rate)
+    samples = np.frombuffer(response.content, dtype="<i2")
+    assert samples.size / rate == pytest.approx(pcm_seconds(client), abs=0.02)
+    assert loud(samples)
+
+
+def test_ulaw_is_one_byte_per_sample_at_8000(client: TestClient) -> None:
+    response = client.post(f"{SAY}/stream?output_format=ulaw_8000", json={"text": SENTENCE}, headers=KEY)
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/basic"
+    assert len(response.content) / 8000 == pytest.approx(pcm_seconds(client), abs=0.02)
+    assert len(set(response.content)) > 50  # speech, not the one byte of silence
+
+
+@pytest.mark.parametrize(("name", "rate", "bit_rate"), [("mp3_44100_128", 44100, 128_000), ("opus_48000_64", 48000, 0)])
+def test_codecs_at_their_rate_and_bit_rate(client: TestClient, name: str, rate: int, bit_rate: int) -> None:
+    response = client.post(f"{SAY}?output_format={name}", json={"text": SENTENCE}, headers=KEY)
+    assert response.status_code == 200, response.text
+    with av.open(io.BytesIO(response.content), mode="r") as container:
+        stream = container.streams.audio[0]
+        assert stream.rate == rate
+        if bit_rate:
+            assert stream.bit_rate == bit_rate
+        samples = sum(frame.samples for frame in container.decode(audio=0))
+    assert samples / rate == pytest.approx(pcm_seconds(client), abs=0.1)
+
+
+def test_the_default_format_is_mp3_44100(client: TestClient) -> None:
+    response = client.post(SAY, json={"text": SENTENCE}, headers=KEY)
+    assert response.headers["content-type"] == "audio/mpeg" and response.headers["x-sample-rate"] == "44100"
+
+
+def test_ignored_fields_are_named(client: TestClient) -> None:
+    body = {
+        "text": SENTENCE,
+        "model_id": "eleven_flash_v2_5",
+        "previous_text": "Hi.",
+        "voice_settings": {"stability": 1},
+    }
+    response = client.post(f"{SAY}?output_format=pcm_24000", json={**body, "seed": 3}, headers=KEY)
+    assert response.status_code == 200
+    assert response.headers["x-ignored-parameters"] == "previous_text, seed, voice_settings.stability"
+
+
+def check_alignment(found: dict[str, Any], seconds: float) -> None:
+    starts, ends = found["character_start_times_seconds"], found["character_end_times_seconds"]
+    assert len(found["characters"]) == len(starts) == len(ends)
+    assert starts == sorted(starts) and all(begin <= end for begin, end in zip(starts, ends, strict=True))
+    assert 0 <= starts[0] and ends[-1] <= seconds + 0.01
+
+
+def test_with_timestamps_aligns_every_character(client: TestClient) -> None:
+    response = client.post(f"{SAY}/with-timestamps?output_format=pcm_16000", json={"text": SENTENCE}, headers=KEY)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    seconds = len(base64.b64decode(body["audio_base64"])) / 2 / 16000
+    assert "".join(body["alignment"]["characters"]) == SENTENCE
+    check_alignment(body["alignment"], seconds)
+    assert body["normalized_alignment"] == body["alignment"]
+    assert body["alignment"]["character_end_times_seconds"][-1] > seconds - 0.5  # the last word ends near the end
+
+
+def test_stream_with_timestamps_sends_each_chunk_with_its_characters(client: TestClient) -> None:
+    text = f"{SENTENCE} I am fine, thank you. This is a longer second sentence that makes its own chunk of audio."
+    response = client.post(f"{SAY}/stream/with-timestamps?output_format=pcm_24000", json={"text": text}, headers=KEY)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    audio = b"".join(base64.b64decode(line["audio_base64"]) for line in lines)
+    timed = [line["alignment"] for line in lines if line["alignment"]]
+    assert len(timed) >= 2
+    merged = {key: [value for found in timed for value in found[key]] for key in timed[0]}
+    assert "".join(merged["characters"]) == text
+    check_alignment(merged, len(audio) / 2 / 24000)
+
+
+def test_bad_input_answers_in_elevenlabs_shape(client: TestClient) -> None:
+    cases = [
+        (f"{BASE}/text-to-speech/nobody", {"text": "Hi."}, 404, "voice_not_found"),
+        (f"{SAY}?output_format=wav_1", {"text": "Hi."}, 422, "invalid_output_format"),
+        (SAY, {"text": "Hi.", "model_id": "gpt-4"}, 404, "model_not_found"),
+        (SAY, {"text": "x" * 200_000}, 413, "text_too_long"),
+        (SAY, {"nothing": 1}, 422, "invalid_input"),
+    ]
+    for path, body, status, code in cases:
+        response = client.post(path, json=body, headers=KEY)
+        assert (response.status_code, detail(response)["status"]) == (status, code), response.text
+    response = client.post(SAY, content=b"{not json", headers={**KEY, "content-type": "application/json"})
+    assert response.status_code == 422 and detail(response)["status"] == "invalid_input"
+    response = client.post(SAY, json={"text": "Hi."}, headers={"xi-api-key": "wrong"})
+    assert response.status_code == 401 and detail(response)["status"] == "unauthorized"
+    assert (
+        client.post(f"{SAY}?output_format=pcm_16000", json={"text": "Still serving."}, headers=KEY).status_code == 200
+    )
+
+
+def test_refusals_are_counted_under_the_route_template(client: TestClient, app: InProcessApp) -> None:
+    client.post(f"{BASE}/text-to-speech/someone", json={"nothing": 1}, headers=KEY)
+    assert "elevenlabs/v1/text-to-speech/{voice_id} outcome=invalid_input" in app.log()
+    assert "text-to-speech/someone" not in client.get("/metrics").text
+
+
+def test_voices_in_elevenlabs_shape(client: TestClient) -> None:
+    voices = client.get(f"{BASE}/voices", headers=KEY).json()["voices"]
+    heart = next(voice for voice in voices if voice["voice_id"] == "af_heart")
+    assert heart["category"] == "premade" and heart["labels"]["engine"] == "kokoro"
+    assert client.get(f"{BASE}/voices/af_heart", headers=KEY).json() == heart
+    missing = client.get(f"{BASE}/voices/nobody", headers=KEY)
+    assert missing.status_code == 404 and detail(missing)["status"] == "voice_not_found"
+
+
+# --- WebSockets ---------------------------------------------------------------------------------------------------
+
+
+def until_final(ws: WebSocketTestSession, finals: int = 1) -> list[dict[str, Any]]:
+    messages = []
+    while finals:
+        message = ws.receive_json()
+        messages.append(message)
+        finals -= message.get("isFinal") is True
+    return messages
+
+
+def audio_of(messages: list[dict[str, Any]], context: str | None = None) -> bytes:
+    return b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio") and m.get("contextId") == context)
+
+
+def test_stream_input_speaks_until_the_empty_text(client: TestClient) -> None:
+    with client.websocket_connect(f"{SAY}/stream-input?output_format=pcm_16000", headers=KEY) as ws:
+        ws.send_json(
+            {"text": " ", "voice_settings": {"stability": 0.5}, "generation_config": {"chunk_length_schedule": [50]}}
+        )
+        for token in ("Hello ", "there, ", "how ", "are ", "you?"):
+            ws.send_json({"text": token})
+        ws.send_json({"text": ""})
+        messages = until_final(ws)
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_json()
+    samples = np.frombuffer(audio_of(messages), dtype="<i2")
+    assert samples.size / 16000 > 0.8 and loud(samples)
+    found = [m["alignment"] for m in messages if m.get("alignment")]
+    assert "".join(c for a in found for c in a["chars"]).strip() == "Hello there, how are you?"
+    spans = sum(a["charStartTimesMs"][-1] + a["charDurationsMs"][-1] for a in found)
+    assert spans == pytest.approx(samples.size / 16, abs=50)  # each message's span adds up to the audio
+
+
+def test_multi_stream_contexts_each_end_with_is_final(client: TestClient) -> None:
+    url = f"{SAY}/multi-stream-input?output_format=pcm_24000&inactivity_timeout=30"
+    with client.websocket_connect(url, headers=KEY) as ws:
+        ws.send_json({"text": " ", "context_id": "a"})
+        ws.send_json({"text": " ", "context_id": "b"})
+        ws.send_json({"text": "This is the first context. ", "context_id": "a"})
+        ws.send_json({"text": "And this the second one. ", "context_id": "b", "flush": True})
+        ws.send_json({"text": "", "context_id": "a"})  # a keep-alive
+        ws.send_json({"context_id": "a", "flush": True})
+        ws.send_json({"context_id": "a", "close_context": True})
+        ws.send_json({"context_id": "b", "close_context": True})
+        messages = until_final(ws, 2)
+        ws.send_json({"text": "Again. ", "context_id": "a"})
+        reused = ws.receive_json()
+        ws.send_json({"close_socket": True})
+    for context in ("a", "b"):
+        assert len(audio_of(messages, context)) / 2 / 24000 > 1.0
+        assert {"isFinal": True, "contextId": context} in messages
+    assert reused["error"] == "context_closed" and reused["contextId"] == "a"
+
+
+def test_closing_an_unflushed_context_stops_it_at_once(client: TestClient, app: InProcessApp) -> None:
+    long = "This is a long answer that the listener interrupts before it is over. " * 6
+    with client.websocket_connect(f"{SAY}/multi-stream-input?output_format=pcm_16000", headers=KEY) as ws:
+        ws.send_json({"text": long, "context_id": "turn"})
+        first = ws.receive_json()
+        assert first.get("audio") and first["contextId"] == "turn"
+        ws.send_json({"context_id": "turn", "close_context": True})
+        rest = until_final(ws)
+        ws.send_json({"close_socket": True})
+    heard = len(base64.b64decode(first["audio"])) + len(audio_of(rest, "turn"))
+    assert heard / 2 / 16000 < 8  # far less than the whole answer's ~25 s
+    assert "multi-stream-input outcome=cancelled" in app.log()
+
+
+def test_socket_refusals(client: TestClient) -> None:
+    for url, status in [
+        (f"{SAY}/stream-input?output_format=pcm_1", 422),
+        (f"{BASE}/text-to-speech/nobody/multi-stream-input", 404),
+    ]:
+        with pytest.raises(WebSocketDisconnect), client.websocket_connect(url, headers=KEY):
+            pass
+        del status  # the test client sees a denied handshake as a close; the real server's status is in e2e
+    with pytest.raises(WebSocketDisconnect), client.websocket_connect(f"{SAY}/stream-input"):
+        pass
+    with client.websocket_connect(f"{SAY}/stream-input?output_format=pcm_16000&xi-api-key=sk-el") as ws:
+        ws.send_text("{not json")
+        assert ws.receive_json()["error"] == "invalid_message"
+
+
+def test_too_many_contexts_are_refused(client: TestClient) -> None:
+    with client.websocket_connect(f"{SAY}/multi-stream-input?output_format=pcm_16000", headers=KEY) as ws:
+        for index in range(6):
+            ws.send_json({"text": "Wait", "context_id": f"c{index}"})
+        refused = ws.receive_json()
+        while "error" not in refused:
+            refused = ws.receive_json()
+        ws.send_json({"close_socket": True})
+    assert refused["error"] == "too_many_contexts" and refused["contextId"] == "c5"

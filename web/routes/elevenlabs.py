@@ -1,0 +1,230 @@
+"""ElevenLabs' text-to-speech API, one more front on the same lifecycle: `POST .../v1/text-to-speech/{voice_id}`
+(and `/stream`, `/with-timestamps`, `/stream/with-timestamps`), the `stream-input` and `multi-stream-input`
+WebSockets, `GET .../v1/voices`, `GET .../v1/voices/{voice_id}` and `GET .../v1/models`, all under PREFIX. Only the
+shapes differ from the native routes; voices, caches, scheduling, limits, timings and metrics are the same."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, WebSocket
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from audio.output import Output
+from errors import ServiceError
+from lifecycle.service import Service
+from lifecycle.synthesis import RequestContext, Speech
+from web import api_docs
+from web.connections import CLOSE_CONNECTION
+from web.dependencies import Principal, ServiceDep, SpeechRoute
+from web.elevenlabs_protocol import (
+    DEFAULT_OUTPUT_FORMAT,
+    OUTPUT_FORMATS,
+    PREFIX,
+    SpeechBody,
+    TimedAudio,
+    alignment,
+    ignored_header,
+    media_type,
+    models_list,
+    output,
+    resolve_model,
+    segments,
+    voice_view,
+    voices_list,
+)
+from web.elevenlabs_socket import serve_socket
+from web.http_errors import cut_on_failure
+from web.protocol import TTSRequest
+
+router = APIRouter(prefix=PREFIX + "/v1", tags=["elevenlabs"], route_class=SpeechRoute)
+
+OutputFormat = Annotated[
+    str,
+    Query(
+        description=f"One of {', '.join(OUTPUT_FORMATS)}: raw s16le PCM or μ-law at that rate, MP3 or Ogg Opus at a "
+        "rate and bit rate (kbit/s); resampled from the engine's rate where they differ.",
+        json_schema_extra={"enum": list(OUTPUT_FORMATS)},
+    ),
+]
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_AUDIO_TYPES = ("audio/mpeg", "application/octet-stream", "audio/basic", "audio/ogg")
+_ERRORS = api_docs.errors(404, 413, 422, 429, 503, elevenlabs=True)
+_AUDIO: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The audio in `output_format` as it is made (X-Sample-Rate tells its rate); fields this node "
+        "ignores are named in X-Ignored-Parameters.",
+        "content": dict.fromkeys(_AUDIO_TYPES, _BINARY),
+    }
+}
+NDJSON = "application/x-ndjson"
+_TIMED_LINES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "One JSON object per line, each a `TimedAudio`: a chunk's audio with the characters it speaks "
+        "(times in seconds from the start of the audio).",
+        "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/TimedAudio"}}},
+    }
+}
+
+
+def _context(request: Request, principal: str, streaming: bool) -> RequestContext:
+    return RequestContext(
+        route=request.scope["route"].path.strip("/"),  # the template: a path per voice would be a label per voice
+        principal=principal,
+        streaming=streaming,
+        client=request.client.host if request.client else None,
+        close_connection=request.scope.get(CLOSE_CONNECTION),
+    )
+
+
+async def _speak(
+    service: Service, voice_id: str, body: SpeechBody, output_format: str, ctx: RequestContext, timed: bool
+) -> tuple[Speech, Output, dict[str, str]]:
+    """The request spoken through the lifecycle, with the audio it asked for and the answer's headers; a bad
+    `output_format` or `model_id` is refused, logged and counted, before anything is planned."""
+    try:
+        audio = output(output_format)
+        ctx.engine = resolve_model(body.model_id, service.pool.engines)
+    except ServiceError as exc:
+        service.synthesis.rejected(ctx.route, exc, ctx.client)
+        raise
+    native = TTSRequest(text=body.text, voice_id=voice_id, language=body.language_code, speed=body.speed())
+    speech = await service.synthesis.speak(native, ctx, timed=timed)
+    headers = {
+        **speech.headers("pcm"),
+        "X-Sample-Rate": str(audio.rate(speech.plan.engine.sample_rate)),
+        "X-Audio-Format": "mulaw" if audio.encoding == "mulaw" else "s16le" if audio.fmt == "pcm" else audio.fmt,
+        **ignored_header(body.ignored()),
+    }
+    return speech, audio, headers
+
+
+async def _audio_answer(
+    request: Request, voice_id: str, body: SpeechBody, output_format: str, service: Service, principal: str, live: bool
+) -> StreamingResponse:
+    ctx = _context(request, principal, streaming=live)
+    speech, audio, headers = await _speak(service, voice_id, body, output_format, ctx, timed=False)
+    return StreamingResponse(cut_on_failure(speech.encoded(audio)), media_type=media_type(audio), headers=headers)
+
+
+@router.post("/text-to-speech/{voice_id}", response_class=StreamingResponse, responses={**_AUDIO, **_ERRORS})
+async def convert(
+    request: Request,
+    voice_id: str,
+    body: SpeechBody,
+    service: ServiceDep,
+    principal: Principal,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+) -> StreamingResponse:
+    """Speak `text` in the voice `voice_id` (a built-in voice, a blend or a registered voice id)."""
+    return await _audio_answer(request, voice_id, body, output_format, service, principal, live=False)
+
+
+@router.post("/text-to-speech/{voice_id}/stream", response_class=StreamingResponse, responses={**_AUDIO, **_ERRORS})
+async def stream(
+    request: Request,
+    voice_id: str,
+    body: SpeechBody,
+    service: ServiceDep,
+    principal: Principal,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+) -> StreamingResponse:
+    """As `convert`, played as it arrives: the scheduler keeps it ahead of its listener."""
+    return await _audio_answer(request, voice_id, body, output_format, service, principal, live=True)
+
+
+@router.post("/text-to-speech/{voice_id}/with-timestamps", response_model=TimedAudio, responses=_ERRORS)
+async def convert_with_timestamps(
+    request: Request,
+    voice_id: str,
+    body: SpeechBody,
+    service: ServiceDep,
+    principal: Principal,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+) -> JSONResponse:
+    """The whole audio, base64, with each character's start and end (from the engine's word timings: Kokoro)."""
+    ctx = _context(request, principal, streaming=False)
+    speech, audio, headers = await _speak(service, voice_id, body, output_format, ctx, timed=True)
+    encoded = b"".join([piece async for piece in speech.encoded(audio)])
+    found = alignment(speech.words, lead_space=False)
+    answer = TimedAudio.model_validate(
+        {"audio_base64": base64.b64encode(encoded).decode(), "alignment": found, "normalized_alignment": found}
+    )
+    return JSONResponse(answer.model_dump(), headers=headers)
+
+
+@router.post(
+    "/text-to-speech/{voice_id}/stream/with-timestamps",
+    response_class=StreamingResponse,
+    responses={**_TIMED_LINES, **_ERRORS},
+)
+async def stream_with_timestamps(
+    request: Request,
+    voice_id: str,
+    body: SpeechBody,
+    service: ServiceDep,
+    principal: Principal,
+    output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
+) -> StreamingResponse:
+    """One JSON line per chunk as it is made: its audio (base64) and the characters it speaks, in seconds."""
+    ctx = _context(request, principal, streaming=True)
+    speech, audio, headers = await _speak(service, voice_id, body, output_format, ctx, timed=True)
+
+    async def lines() -> AsyncIterator[bytes]:
+        first = True
+        async for segment in segments(speech, audio, hold=True):
+            found = alignment(segment.words, lead_space=not first) if segment.words else None
+            first = first and not segment.words
+            line = {
+                "audio_base64": base64.b64encode(segment.audio).decode(),
+                "alignment": found,
+                "normalized_alignment": found,
+            }
+            yield json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+    return StreamingResponse(cut_on_failure(lines()), media_type=NDJSON, headers=headers)
+
+
+@router.get("/voices")
+async def voices(service: ServiceDep) -> dict[str, Any]:
+    """Every voice of this node in ElevenLabs' shape: registered ones (`cloned`), then the built-ins (`premade`)."""
+    builtins = (await asyncio.to_thread(service.catalog.builtins)).values()
+    return voices_list([*service.registry.list(), *builtins])
+
+
+@router.get("/voices/{voice_id}", responses=api_docs.errors(404, elevenlabs=True))
+async def voice(voice_id: str, service: ServiceDep) -> dict[str, Any]:
+    return voice_view(await asyncio.to_thread(service.catalog.get, voice_id))
+
+
+@router.get("/models")
+async def models(service: ServiceDep) -> list[dict[str, Any]]:
+    return models_list(service.pool.engines)
+
+
+_SOCKETS = ("/text-to-speech/{voice_id}/stream-input", "/text-to-speech/{voice_id}/multi-stream-input")
+
+
+async def _over_http() -> Response:
+    """A WebSocket route asked without a handshake: 426."""
+    raise HTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
+
+
+for _path in _SOCKETS:
+    router.add_api_route(_path, _over_http, methods=["GET"], include_in_schema=False)
+
+
+@router.websocket("/text-to-speech/{voice_id}/stream-input")
+async def stream_input(websocket: WebSocket, voice_id: str, service: ServiceDep) -> None:
+    """One stream of text in, audio out (docs/api.md)."""
+    await serve_socket(websocket, voice_id, service, multi=False)
+
+
+@router.websocket("/text-to-speech/{voice_id}/multi-stream-input")
+async def multi_stream_input(websocket: WebSocket, voice_id: str, service: ServiceDep) -> None:
+    """Several contexts on one socket, each its own live request (docs/api.md)."""
+    await serve_socket(websocket, voice_id, service, multi=True)
