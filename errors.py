@@ -9,6 +9,7 @@ No web framework here: `http_errors.install_error_handlers` maps these errors on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -244,7 +245,8 @@ class ServiceError(Exception):
     def headers(self) -> dict[str, str]:
         if self.retry_after is None:
             return {}
-        return {"Retry-After": str(max(1, round(self.retry_after)))}
+        # Rounded up, never early: a client that comes back too soon is refused again.
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after - 1e-9)))}
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"code": self.code, "message": self.message}

@@ -33,6 +33,7 @@ BENCHMARKS = (
     "cache_hits",
     "encoding",
     "live",
+    "fronts",
     "intelligibility",
     "timings",
     "abuse",

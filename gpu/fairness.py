@@ -29,6 +29,7 @@ is when the work ahead should have made room, one promised slot per refusal afte
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import logging
@@ -47,6 +48,15 @@ log = logging.getLogger("polytts.scheduler")
 
 MIN_SLOT_S = 0.25
 """The least time between two retries promised to refused requests."""
+PROMISE_MARGIN = 1.5
+"""Promised retries are this much further apart than the estimate of each request's GPU time: one back too early is
+refused again, while one back a little late costs nothing as long as the other admitted requests keep the thread
+busy (short texts cost more than their characters say)."""
+MAX_RETRY_AFTER_S = 30.0
+"""The longest Retry-After promised behind other promises while the engine's speed is not settled (a bound's own
+estimate may be longer)."""
+MAX_PROMISES = 10_000
+"""Retry times remembered at once (a flood of refusals forgets its latest first)."""
 OTHER_KEYS = "(other)"
 """The row under which keys beyond `max_key_labels`, and rejected keys that have no state, are summed."""
 
@@ -154,8 +164,8 @@ class FairQueue:
         """The job whose step is under way (picked, not yet charged), and since when."""
         self.current_since = 0.0
         self._last_refusal: tuple[Any, float, Refusal] | None = None
-        self._next_slot = 0.0
-        """The earliest retry time not yet promised to a refused stream."""
+        self._promised: collections.deque[float] = collections.deque()
+        """Retry times promised to refused requests and not passed yet, in order."""
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -238,9 +248,9 @@ class FairQueue:
         one slot per refusal after that, so that clients that obey it come back in about the order they came, a few
         at a time."""
         if any(j.awaiting_input for j in holding):  # they end when their clients say so: a fixed guess
-            return self._book(now + self.policy.retry_after, self._work_left_s(job), now)
+            return self._book(now + self.policy.retry_after, self._work_left_s(job), now, job.engine)
         first = min((self._ends_in(j) for j in holding), default=0.0)
-        return self._book(now + first, self._work_left_s(job), now)
+        return self._book(now + first, self._work_left_s(job), now, job.engine)
 
     def _ends_in(self, job: Job) -> float:
         """Estimated seconds until the job ends: its key's work up to it (a key's jobs run in order), and as much of
@@ -255,10 +265,28 @@ class FairQueue:
         ]
         return own + sum(min(work, own) for work in others)
 
-    def _book(self, earliest: float, own_s: float, now: float) -> float:
-        """The next retry time not yet promised, from `earliest` on; the refused job then holds it for `own_s`."""
-        slot = max(earliest, self._next_slot)
-        self._next_slot = slot + max(own_s, MIN_SLOT_S)
+    def _book(self, earliest: float, own_s: float, now: float, engine: str) -> float:
+        """A retry time from `earliest` on: the first gap among the retries still promised, one slot of `own_s`
+        (widened by PROMISE_MARGIN) per promise. Promises whose time has passed no longer count, so a client refused
+        again holds no slot twice, and a gap left by clients that came and went is offered again."""
+        promised = self._promised
+        while promised and promised[0] <= now:
+            promised.popleft()
+        step = max(own_s * PROMISE_MARGIN, MIN_SLOT_S)
+        # Promises due before `earliest` take the first slots; then each promise in the way takes one more.
+        taken = bisect.bisect_left(promised, earliest)
+        for due in itertools.islice(promised, taken, None):
+            if due >= earliest + (taken + 1) * step:  # room for one more before it
+                break
+            taken += 1
+        slot = earliest + taken * step
+        if not self._speed(engine).settled:
+            # Made before the engine's speed is measured, the estimate can be far out: a client waits at most
+            # MAX_RETRY_AFTER_S behind others, and is promised a better-informed time when it comes back.
+            slot = min(slot, now + max(MAX_RETRY_AFTER_S, earliest - now))
+        bisect.insort(promised, slot)
+        if len(promised) > MAX_PROMISES:
+            promised.pop()
         return slot - now
 
     def remove(self, job: Job) -> None:
@@ -412,7 +440,8 @@ class FairQueue:
             return None
         # Refused clients are promised successive slots, one such stream's GPU time apart, not all the same instant.
         return Refusal(
-            refusal.reason, self._book(now + refusal.retry_after, sum(gpu for gpu, _ in candidate.units), now)
+            refusal.reason,
+            self._book(now + refusal.retry_after, sum(gpu for gpu, _ in candidate.units), now, job.engine),
         )
 
     def _demand(self, job: Job, now: float) -> StreamDemand:

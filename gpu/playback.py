@@ -131,6 +131,11 @@ class EngineSpeed:
         return bool(self._gpu)
 
     @property
+    def settled(self) -> bool:
+        """Measured on a whole window of steps: no longer swayed by the first (often slow) ones."""
+        return len(self._gpu) >= self.window
+
+    @property
     def gpu_s_per_char(self) -> float:
         return statistics.median(self._gpu) if self._gpu else PRIOR_AUDIO_S_PER_CHAR * PRIOR_GPU_S_PER_AUDIO_S
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from errors import Busy
-from gpu.fairness import OTHER_KEYS, FairnessPolicy, FairQueue
+from gpu.fairness import MAX_RETRY_AFTER_S, OTHER_KEYS, PROMISE_MARGIN, FairnessPolicy, FairQueue
 from gpu.jobs import Job
 from gpu.playback import EngineSpeed
 
@@ -349,7 +349,7 @@ def test_inflight_bound_is_a_server_busy_429(loop: asyncio.AbstractEventLoop) ->
         queue.add(fake_job(loop, "c", engine="qwen"))
     assert err.value.status == 429
     assert err.value.code == "server_busy"
-    assert err.value.headers() == {"Retry-After": "2"}  # 1.05 s of work each: the first ends after 2.1 s
+    assert err.value.headers() == {"Retry-After": "3"}  # 1.05 s of work each: the first ends after 2.1 s (rounded up)
     assert "2 syntheses in flight" in err.value.message
     queue.remove(first)
     queue.add(fake_job(loop, "c", engine="qwen"))  # room again
@@ -368,7 +368,7 @@ def test_queued_characters_bound_is_a_server_busy_429(loop: asyncio.AbstractEven
         queue.add(fake_job(loop, "c", chars=41))
     assert err.value.status == 429
     assert err.value.code == "server_busy"
-    assert err.value.headers() == {"Retry-After": "8"}  # "b" waits: 4.2 s of work, and 4.2 s of "a" beside it
+    assert err.value.headers() == {"Retry-After": "9"}  # "b" waits: 4.2 s of work, and 4.2 s of "a" beside it
     assert "60 characters waiting" in err.value.message
     queue.add(fake_job(loop, "c", chars=40))  # exactly at the bound is admitted
     stats = queue.stats()
@@ -509,8 +509,11 @@ def stream_job(
     )
 
 
-def measured(queue: FairQueue, engine: str = "kokoro") -> FairQueue:
-    queue.speeds.setdefault(engine, EngineSpeed()).learn(100, 100 * GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
+def measured(queue: FairQueue, engine: str = "kokoro", steps: int = EngineSpeed.window) -> FairQueue:
+    """The queue with `steps` steps of its engine measured (a whole window by default: the speed is settled)."""
+    speed = queue.speeds.setdefault(engine, EngineSpeed())
+    for _ in range(steps):
+        speed.learn(100, 100 * GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
     return queue
 
 
@@ -648,7 +651,8 @@ def test_streams_refused_together_are_promised_successive_retry_times(loop: asyn
             queue.add(stream_job(loop, key, units=LONG_UNITS))
         assert err.value.retry_after is not None
         retries.append(err.value.retry_after)
-    one_stream = sum(LONG_UNITS) * GPU_PER_CHAR / 0.8  # the GPU time one more such stream takes
+    # The GPU time one more such stream takes, with the margin promises keep between them.
+    one_stream = sum(LONG_UNITS) * GPU_PER_CHAR / 0.8 * PROMISE_MARGIN
     assert retries[1] == pytest.approx(retries[0] + one_stream) and retries[2] == pytest.approx(retries[1] + one_stream)
 
 
@@ -763,7 +767,7 @@ def test_one_client_address_holds_at_most_its_share_of_the_slots(loop: asyncio.A
         assert err.value.code == "client_queue_full" and "at most 2" in err.value.message
         retries.append(err.value.retry_after)
     # 1.2 s of work each: the first ends after 2.4 s; the second refusal is promised the slot after the first's.
-    assert retries == pytest.approx([2.4, 3.6])
+    assert retries == pytest.approx([2.4, 2.4 + 1.2 * PROMISE_MARGIN])
     other = queue.add(fake_job(loop, "a"))
     other.client = "10.0.0.2"
     assert queue.add(stream_job(loop, "a", units=(60,), client="10.0.0.2")) is not None
@@ -859,21 +863,27 @@ def test_one_address_cannot_exhaust_the_anonymous_key_for_the_others(loop: async
         queue.add(from_("10.0.0.4", key="team"))
 
 
+def refused_retries(queue: FairQueue, loop: asyncio.AbstractEventLoop, count: int) -> list[float]:
+    """The Retry-After of `count` requests of 50 characters from keys of their own, each refused."""
+    retries = []
+    for index in range(count):
+        with pytest.raises(Busy) as err:
+            queue.add(fake_job(loop, f"client{index}", chars=50))
+        assert err.value.retry_after is not None
+        retries.append(err.value.retry_after)
+    return retries
+
+
 def test_refused_clients_that_obey_retry_after_come_back_in_the_order_they_came(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
     clock = Clock()
     queue = measured(FairQueue(roomy(max_inflight=1), clock))
     running = queue.add(fake_job(loop, "first", chars=50))  # 1 s of work at the measured speed
-    retries = []
-    for index in range(20):
-        with pytest.raises(Busy) as err:
-            queue.add(fake_job(loop, f"client{index}", chars=50))
-        assert err.value.retry_after is not None
-        retries.append(err.value.retry_after)
-    # One slot each, one request's work apart, in the order of refusal: never all at the same instant.
+    retries = refused_retries(queue, loop, 20)
+    # One slot each, one request's work apart (with the margin), in the order of refusal: never all at one instant.
     assert retries == sorted(retries) and retries[0] == pytest.approx(1.0)
-    assert [b - a for a, b in zip(retries, retries[1:])] == pytest.approx([1.0] * 19)
+    assert [b - a for a, b in zip(retries, retries[1:])] == pytest.approx([PROMISE_MARGIN] * 19)
     clock.advance(1.0)
     queue.remove(running)
     assert queue.add(fake_job(loop, "client0", chars=50)) is not None  # the first one back finds its slot
@@ -887,3 +897,30 @@ def test_a_live_request_seen_waiting_for_text_is_marked_so_its_listener_starts_a
     text: list[str] = []
     job = queue.add(live_job(loop, "anonymous", "10.0.0.1", text))
     assert queue.pick({"kokoro"}) is None and job.input_waited_at == 5.0
+
+
+def test_a_gap_left_among_promised_retries_is_offered_again(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(max_inflight=1), clock))
+    queue.add(fake_job(loop, "first", chars=50))  # 1 s of work at the measured speed
+    retries = refused_retries(queue, loop, 4)
+    step = PROMISE_MARGIN
+    assert retries == pytest.approx([1.0 + index * step for index in range(4)])
+    # The first two promises pass (their clients came back and were refused again, say): they hold nothing now, so a
+    # refusal then is promised the first slot behind the two still ahead, not one behind every promise ever made.
+    clock.advance(1.0 + step + 0.1)
+    with pytest.raises(Busy) as err:
+        queue.add(fake_job(loop, "late", chars=50))
+    assert err.value.retry_after is not None
+    assert err.value.retry_after == pytest.approx(1.0 + 2 * step)  # "first" still has 1 s to go, then the two
+
+
+def test_until_the_speed_is_settled_no_client_is_told_to_wait_longer_than_the_retry_horizon(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    queue = measured(FairQueue(roomy(max_inflight=1), Clock()), steps=1)  # one step measured: not settled
+    queue.add(fake_job(loop, "first", chars=50))
+    retries = refused_retries(queue, loop, 40)
+    assert max(retries) == pytest.approx(MAX_RETRY_AFTER_S) and retries == sorted(retries)
+    measured(queue, steps=EngineSpeed.window)  # a whole window of steps: the estimate is trusted as far as it goes
+    assert refused_retries(queue, loop, 1)[0] > MAX_RETRY_AFTER_S
