@@ -15,15 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
-from bench.abuse.payloads import (
-    chunk,
-    http_head,
-    raw_connection,
-    read_until,
-    reset_or_closed,
-    websocket_frame,
-    websocket_handshake,
-)
+from bench.abuse.payloads import live_body_broken_after_audio, reset_or_closed, stalled_readers
 from bench.abuse.probing import LONG_TEXT, SENTENCE, Answer, Target, expect, requests_total, short
 
 LIVE_IDLE_S = 10
@@ -85,19 +77,11 @@ def idle_live_sessions(target: Target, sessions: int = 8) -> Answer:
 
 def readers_that_never_read(target: Target) -> Answer:
     """A /tts/stream and a live WebSocket whose clients stop reading: each must be dropped, counted and reset."""
-    before = {route: requests_total(target, route, "reader_stalled") for route in ("tts/stream", "tts/live/ws")}
-    stream = raw_connection(target.url)
-    body = json.dumps({"text": LONG_TEXT, "language": "en"}).encode()
-    stream.sendall(http_head("POST", "/tts/stream", {"Content-Type": "application/json"}, len(body)) + body)
-    live = raw_connection(target.url)
-    live.sendall(websocket_handshake("/tts/live/ws?voice=af_heart"))
-    expect(b" 101 " in read_until(live, b"\r\n\r\n"), "the WebSocket handshake failed")
-    for start in range(0, len(LONG_TEXT), 300):
-        live.sendall(websocket_frame(json.dumps({"text": LONG_TEXT[start : start + 300]}).encode()))
-    live.sendall(websocket_frame(b'{"end": true}'))
+    before = {route: requests_total(target.url, route, "reader_stalled") for route in ("tts/stream", "tts/live/ws")}
+    stream, live = stalled_readers(target.url, LONG_TEXT)
     started = time.perf_counter()
     try:
-        while not all(requests_total(target, route, "reader_stalled") > before[route] for route in before):
+        while not all(requests_total(target.url, route, "reader_stalled") > before[route] for route in before):
             expect(time.perf_counter() - started < 300, "not both dropped after 300 s")
             time.sleep(0.5)
         dropped_s = time.perf_counter() - started
@@ -112,26 +96,10 @@ def readers_that_never_read(target: Target) -> Answer:
 def live_failure_after_audio(target: Target) -> Answer:
     """A /tts/live body whose second message is not UTF-8, sent once audio has started: the body must be cut (no
     closing chunk), and counted as `invalid_message`."""
-    before = requests_total(target, "tts/live", "invalid_message")
-    sock = raw_connection(target.url, receive_buffer=1 << 20)
-    try:
-        sock.sendall(http_head("POST", "/tts/live?voice=af_heart", {"Content-Type": "application/x-ndjson"}))
-        sock.sendall(chunk(json.dumps({"text": "The first sentence is spoken at once. "}).encode() + b"\n"))
-        head = read_until(sock, b"\r\n\r\n")
-        expect(head.startswith(b"HTTP/1.1 200"), f"answered {head[:40]!r}")
-        sock.settimeout(120)
-        expect(bool(sock.recv(4096)), "no audio")
-        sock.sendall(chunk(b'{"text": "\xff\xfe not UTF-8"}\n'))
-        rest = b""
-        try:
-            while piece := sock.recv(65536):
-                rest += piece
-        except ConnectionResetError:
-            pass
-    finally:
-        sock.close()
+    before = requests_total(target.url, "tts/live", "invalid_message")
+    rest = live_body_broken_after_audio(target.url)
     expect(not rest.endswith(b"0\r\n\r\n"), "the body ended cleanly: the client cannot tell it failed")
-    counted = requests_total(target, "tts/live", "invalid_message") - before
+    counted = requests_total(target.url, "tts/live", "invalid_message") - before
     expect(counted == 1, f"counted {counted} times as invalid_message")
     return Answer("200, cut", "the chunked body ended without its last chunk; counted as invalid_message")
 

@@ -201,3 +201,39 @@ def reset_or_closed(sock: socket.socket, timeout: float = 30.0) -> str:
     except TimeoutError:
         pass
     return "open"
+
+
+def stalled_readers(url: str, text: str) -> tuple[socket.socket, socket.socket]:
+    """A /tts/stream of `text` and a live WebSocket speaking it, whose clients then never read a byte: their
+    sockets, to be checked and closed by the caller."""
+    stream = raw_connection(url)
+    body = json.dumps({"text": text, "language": "en"}).encode()
+    stream.sendall(http_head("POST", "/tts/stream", {"Content-Type": "application/json"}, len(body)) + body)
+    live = raw_connection(url)
+    live.sendall(websocket_handshake("/tts/live/ws?voice=af_heart"))
+    expect(b" 101 " in read_until(live, b"\r\n\r\n"), "the WebSocket handshake failed")
+    for start in range(0, len(text), 300):
+        live.sendall(websocket_frame(json.dumps({"text": text[start : start + 300]}).encode()))
+    live.sendall(websocket_frame(b'{"end": true}'))
+    return stream, live
+
+
+def live_body_broken_after_audio(url: str) -> bytes:
+    """A /tts/live body whose second message is not UTF-8, sent once audio has started: what the answer held after
+    that message, up to the end of the connection (a body cut short has no closing chunk)."""
+    sock = raw_connection(url, receive_buffer=1 << 20)
+    try:
+        sock.sendall(http_head("POST", "/tts/live?voice=af_heart", {"Content-Type": "application/x-ndjson"}))
+        sock.sendall(chunk(json.dumps({"text": "The first sentence is spoken at once. "}).encode() + b"\n"))
+        head = read_until(sock, b"\r\n\r\n")
+        expect(head.startswith(b"HTTP/1.1 200"), f"answered {head[:40]!r}")
+        sock.settimeout(120)
+        expect(bool(sock.recv(4096)), "no audio")
+        sock.sendall(chunk(b'{"text": "\xff\xfe not UTF-8"}\n'))
+        rest = b""
+        with contextlib.suppress(ConnectionResetError):
+            while piece := sock.recv(65536):
+                rest += piece
+        return rest
+    finally:
+        sock.close()

@@ -114,10 +114,11 @@ class Target:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
 
-def requests_total(target: Target, route: str, outcome: str) -> float:
-    """polytts_requests_total of a route's requests with an outcome, summed over engines (/metrics is public)."""
+def requests_total(url: str, route: str, outcome: str) -> float:
+    """polytts_requests_total of a route's requests with an outcome at the server `url`, summed over engines
+    (/metrics is public)."""
     total = 0.0
-    for family in text_string_to_metric_families(httpx.get(target.url + "/metrics", timeout=30).text):
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
         for sample in family.samples:
             found = sample.labels.get("route"), sample.labels.get("outcome")
             if sample.name == "polytts_requests_total" and found == (route, outcome):

@@ -52,11 +52,11 @@ def refused_twice(target: Target, method: str, path: str, own: bool) -> Callable
     route = path.strip("/")
 
     def run() -> Answer:
-        before = requests_total(target, route, "unauthorized")
+        before = requests_total(target.url, route, "unauthorized")
         logged = len(target.log_says()) if own else 0
         statuses = [status_of(target, method, path, key) for key in (None, WRONG_KEY)]
         expect(statuses == [401, 401], f"answered {statuses}, not [401, 401]")
-        counted = requests_total(target, route, "unauthorized") - before
+        counted = requests_total(target.url, route, "unauthorized") - before
         expect(counted == 2, f'polytts_requests_total{{route="{route}",outcome="unauthorized"}} rose by {counted:g}')
         if not own:
             return Answer("401 x2", "each counted once")

@@ -15,14 +15,14 @@ import pytest
 import websockets
 
 from bench.abuse.payloads import (
-    chunk,
     http_head,
+    live_body_broken_after_audio,
     raw_connection,
     read_until,
     reset_or_closed,
-    websocket_frame,
-    websocket_handshake,
+    stalled_readers,
 )
+from bench.abuse.probing import requests_total
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
@@ -49,15 +49,6 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
 
 def inflight(node: ServerProcess) -> dict:
     return httpx.get(node.url + "/health", timeout=30).json()["inflight"]
-
-
-def count(node: ServerProcess, route: str, outcome: str) -> float:
-    """polytts_requests_total for a route and outcome, summed over engines."""
-    total = 0.0
-    for line in httpx.get(node.url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith("polytts_requests_total{") and f'route="{route}"' in line and f'outcome="{outcome}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 async def test_idle_live_sessions_hold_no_place_and_end_at_the_idle_limit_despite_keep_alives(
@@ -100,20 +91,12 @@ async def test_idle_live_sessions_hold_no_place_and_end_at_the_idle_limit_despit
 
 
 def test_readers_that_never_read_are_disconnected(node: ServerProcess) -> None:
-    before = {route: count(node, route, "reader_stalled") for route in ("tts/stream", "tts/live/ws")}
-    stream = raw_connection(node.url)
-    body = json.dumps({"text": LONG, "language": "en"}).encode()
-    stream.sendall(http_head("POST", "/tts/stream", {"Content-Type": "application/json"}, len(body)) + body)
-    live = raw_connection(node.url)
-    live.sendall(websocket_handshake("/tts/live/ws?voice=af_heart"))
-    assert b" 101 " in read_until(live, b"\r\n\r\n")
-    for start in range(0, len(LONG), 300):
-        live.sendall(websocket_frame(json.dumps({"text": LONG[start : start + 300]}).encode()))
-    live.sendall(websocket_frame(json.dumps({"end": True}).encode()))
+    before = {route: requests_total(node.url, route, "reader_stalled") for route in ("tts/stream", "tts/live/ws")}
+    stream, live = stalled_readers(node.url, LONG)
     try:
         # Neither reads another byte: each is dropped, its outcome logged and counted then, its connection reset.
         wait_until(
-            lambda: all(count(node, route, "reader_stalled") > before[route] for route in before),
+            lambda: all(requests_total(node.url, route, "reader_stalled") > before[route] for route in before),
             240,
             "both stalled readers to be dropped",
             detail=lambda: inflight(node),
@@ -130,41 +113,27 @@ def test_readers_that_never_read_are_disconnected(node: ServerProcess) -> None:
 def test_a_live_request_that_fails_after_its_audio_started_is_cut_and_counted_under_its_own_code(
     node: ServerProcess,
 ) -> None:
-    before = count(node, "tts/live", "invalid_message")
-    sock = raw_connection(node.url, receive_buffer=1 << 20)
-    try:
-        sock.sendall(http_head("POST", "/tts/live?voice=af_heart", {"Content-Type": "application/x-ndjson"}))
-        sock.sendall(chunk(json.dumps({"text": "The first sentence is spoken at once. "}).encode() + b"\n"))
-        head = read_until(sock, b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200")
-        sock.settimeout(120)
-        assert sock.recv(4096)  # audio has started
-        sock.sendall(chunk(b'{"text": "\xff\xfe not UTF-8"}\n'))
-        rest = b""
-        try:
-            while piece := sock.recv(65536):
-                rest += piece
-        except ConnectionResetError:
-            pass
-        assert not rest.endswith(b"0\r\n\r\n"), "the body ended cleanly: the client cannot tell it failed"
-    finally:
-        sock.close()
-    wait_until(lambda: count(node, "tts/live", "invalid_message") == before + 1, 30, "the failure to be counted")
+    before = requests_total(node.url, "tts/live", "invalid_message")
+    rest = live_body_broken_after_audio(node.url)
+    assert not rest.endswith(b"0\r\n\r\n"), "the body ended cleanly: the client cannot tell it failed"
+    wait_until(
+        lambda: requests_total(node.url, "tts/live", "invalid_message") == before + 1, 30, "the failure to be counted"
+    )
     assert "outcome=request_timeout" not in node.log()
 
 
 def test_a_live_request_refused_at_its_first_message_is_logged_and_counted(node: ServerProcess) -> None:
     cases = [(b"not json\n", 422, "invalid_message"), (b'{"text": "hi", "colour": "red"}\n', 422, "invalid_input")]
     for line, status, code in cases:
-        before = count(node, "tts/live", code)
+        before = requests_total(node.url, "tts/live", code)
         answer = httpx.post(node.url + "/tts/live", content=line, timeout=60)
         assert (answer.status_code, answer.json()["code"]) == (status, code)
-        assert count(node, "tts/live", code) == before + 1
+        assert requests_total(node.url, "tts/live", code) == before + 1
     assert "tts/live outcome=invalid_message" in node.log()
 
 
 def test_a_silent_live_body_gets_408_at_the_idle_limit(node: ServerProcess) -> None:
-    before = count(node, "tts/live", "live_idle_timeout")
+    before = requests_total(node.url, "tts/live", "live_idle_timeout")
     sock = raw_connection(node.url)
     try:
         sock.sendall(http_head("POST", "/tts/live", {"Content-Type": "application/x-ndjson"}))
@@ -174,4 +143,4 @@ def test_a_silent_live_body_gets_408_at_the_idle_limit(node: ServerProcess) -> N
         pytest.fail(f"no answer {4 * IDLE_S} s into a silent live body")
     finally:
         sock.close()
-    assert count(node, "tts/live", "live_idle_timeout") == before + 1
+    assert requests_total(node.url, "tts/live", "live_idle_timeout") == before + 1
