@@ -79,22 +79,23 @@ def refused(seen: Streamed, status: int, code: str, elapsed: float) -> Answer:
     return Answer(got, seen.message[:160])
 
 
+def refused_text(target: Target, text: str, key: str, status: int, code: str, named: str) -> Answer:
+    """`text` streamed: refused at once with `status` and `code`, its message naming `named`."""
+    started = time.perf_counter()
+    seen = stream(target, text, key)
+    answer = refused(seen, status, code, time.perf_counter() - started)
+    expect(named in seen.message, f"the message does not name {named}: {seen.message!r}")
+    return answer
+
+
 def money_text(target: Target) -> Answer:
     """5,000 characters of money amounts: bounded by what they are spoken as, a 413 naming the limit."""
-    started = time.perf_counter()
-    seen = stream(target, MONEY_TEXT, "text-work-money")
-    answer = refused(seen, 413, "spoken_too_long", time.perf_counter() - started)
-    expect("POLYTTS_MAX_SPOKEN_CHARS" in seen.message, f"the message names no limit: {seen.message!r}")
-    return answer
+    return refused_text(target, MONEY_TEXT, "text-work-money", 413, "spoken_too_long", "POLYTTS_MAX_SPOKEN_CHARS")
 
 
 def hebrew_text(target: Target) -> Answer:
     """5,000 Hebrew characters through an English voice: nothing it can read, a 422 naming the script."""
-    started = time.perf_counter()
-    seen = stream(target, HEBREW_TEXT, "text-work-hebrew")
-    answer = refused(seen, 422, "unreadable_text", time.perf_counter() - started)
-    expect("Hebrew" in seen.message, f"the message names no script: {seen.message!r}")
-    return answer
+    return refused_text(target, HEBREW_TEXT, "text-work-hebrew", 422, "unreadable_text", "Hebrew")
 
 
 def mixed_text(target: Target) -> Answer:

@@ -17,20 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
+from bench.abuse.refusals import SPEECH_ROUTES, WEBSOCKET
 from server import MAX_JSON_BODY_BYTES
 from tests.support.apps import InProcessApp
 
 KEY = "refusal-secret"
 REQUEST_ID = "refusal-trace-1"
-WEBSOCKET = "WEBSOCKET"
-SPEECH_ROUTES = [
-    ("POST", "/tts"),
-    ("POST", "/tts/stream"),
-    ("POST", "/v1/audio/speech"),
-    ("POST", "/tts/live"),
-    ("PUT", "/tts/live"),
-    (WEBSOCKET, "/tts/live/ws"),
-]
 BODIES: dict[str, bytes] = {
     "/tts": b'{"text": "hi"}',
     "/tts/stream": b'{"text": "hi"}',
