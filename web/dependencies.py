@@ -46,15 +46,26 @@ def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
     return disconnected
 
 
-def speech_context(request: Request, principal: Annotated[str, Depends(get_principal)]) -> RequestContext:
-    """A whole-file request: its answer is sent once it is complete."""
+def connection_context(
+    connection: HTTPConnection, route: str, *, streaming: bool = False, engine: str | None = None
+) -> RequestContext:
+    """A speech request's context from its connection (HTTP or WebSocket): its fairness key, its client's address
+    and the way to close its connection."""
     return RequestContext(
-        route=request.url.path.strip("/"),
-        principal=principal,
-        client=request.client.host if request.client else None,
-        disconnected=disconnect_watch(request),
-        close_connection=request.scope.get(CLOSE_CONNECTION),
+        route=route,
+        principal=get_principal(get_identity(connection)),
+        streaming=streaming,
+        client=connection.client.host if connection.client else None,
+        engine=engine,
+        close_connection=connection.scope.get(CLOSE_CONNECTION),
     )
+
+
+def speech_context(request: Request) -> RequestContext:
+    """A whole-file request: its answer is sent once it is complete."""
+    context = connection_context(request, request.url.path.strip("/"))
+    context.disconnected = disconnect_watch(request)
+    return context
 
 
 def stream_context(context: Annotated[RequestContext, Depends(speech_context)]) -> RequestContext:
@@ -65,7 +76,6 @@ def stream_context(context: Annotated[RequestContext, Depends(speech_context)]) 
 
 ServiceDep = Annotated[Service, Depends(get_service)]
 AdminOnly = Depends(require_admin)
-Principal = Annotated[str, Depends(get_principal)]
 SpeechContext = Annotated[RequestContext, Depends(speech_context)]
 StreamContext = Annotated[RequestContext, Depends(stream_context)]
 

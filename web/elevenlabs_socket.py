@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -27,8 +28,7 @@ from audio.output import Output
 from errors import InvalidInput, ServiceError, invalid_fields
 from lifecycle.service import Service
 from lifecycle.synthesis import RequestContext
-from web.auth import ANONYMOUS
-from web.connections import CLOSE_CONNECTION
+from web.dependencies import connection_context
 from web.elevenlabs_protocol import (
     SocketMessage,
     output,
@@ -129,15 +129,7 @@ class ElevenLabsSocket:
         self._gone = False
         scope = websocket.scope
         route = scope.get("state", {}).get(SPEECH_ROUTE) or scope["path"].strip("/")
-        identity = websocket.state.identity
-        self.request = RequestContext(
-            route=route,
-            principal=identity.principal if identity else ANONYMOUS,
-            streaming=True,
-            client=websocket.client.host if websocket.client else None,
-            close_connection=scope.get(CLOSE_CONNECTION),
-            engine=engine,
-        )
+        self.request = connection_context(websocket, route, streaming=True, engine=engine)
 
     async def send(self, payload: dict[str, Any]) -> None:
         if self._gone:
@@ -274,15 +266,7 @@ class ElevenLabsSocket:
 
     def request_for(self) -> RequestContext:
         """Each context its own request (its own timings and log line), with the socket's who and where."""
-        base = self.request
-        return RequestContext(
-            route=base.route,
-            principal=base.principal,
-            streaming=True,
-            client=base.client,
-            close_connection=base.close_connection,
-            engine=base.engine,
-        )
+        return dataclasses.replace(self.request)
 
     def _tagged(self, message: dict[str, Any], context: _Context) -> dict[str, Any]:
         return {**message, "contextId": context.id} if self.multi else message

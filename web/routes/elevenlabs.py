@@ -19,8 +19,7 @@ from errors import ServiceError
 from lifecycle.service import Service
 from lifecycle.synthesis import RequestContext, Speech
 from web import api_docs
-from web.connections import CLOSE_CONNECTION
-from web.dependencies import Principal, ServiceDep, SpeechRoute
+from web.dependencies import ServiceDep, SpeechRoute, connection_context
 from web.elevenlabs_protocol import (
     DEFAULT_OUTPUT_FORMAT,
     OUTPUT_FORMATS,
@@ -71,14 +70,9 @@ _TIMED_LINES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _context(request: Request, principal: str, streaming: bool) -> RequestContext:
-    return RequestContext(
-        route=request.scope["route"].path.strip("/"),  # the template: a path per voice would be a label per voice
-        principal=principal,
-        streaming=streaming,
-        client=request.client.host if request.client else None,
-        close_connection=request.scope.get(CLOSE_CONNECTION),
-    )
+def _context(request: Request, streaming: bool) -> RequestContext:
+    # The route's template: a path per voice would be a label per voice.
+    return connection_context(request, request.scope["route"].path.strip("/"), streaming=streaming)
 
 
 async def _speak(
@@ -104,9 +98,9 @@ async def _speak(
 
 
 async def _audio_answer(
-    request: Request, voice_id: str, body: SpeechBody, output_format: str, service: Service, principal: str, live: bool
+    request: Request, voice_id: str, body: SpeechBody, output_format: str, service: Service, live: bool
 ) -> StreamingResponse:
-    ctx = _context(request, principal, streaming=live)
+    ctx = _context(request, streaming=live)
     speech, audio, headers = await _speak(service, voice_id, body, output_format, ctx, timed=False)
     return StreamingResponse(cut_on_failure(speech.encoded(audio)), media_type=media_type(audio), headers=headers)
 
@@ -117,11 +111,10 @@ async def convert(
     voice_id: str,
     body: SpeechBody,
     service: ServiceDep,
-    principal: Principal,
     output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
 ) -> StreamingResponse:
     """Speak `text` in the voice `voice_id` (a built-in voice, a blend or a registered voice id)."""
-    return await _audio_answer(request, voice_id, body, output_format, service, principal, live=False)
+    return await _audio_answer(request, voice_id, body, output_format, service, live=False)
 
 
 @router.post("/text-to-speech/{voice_id}/stream", response_class=StreamingResponse, responses={**_AUDIO, **_ERRORS})
@@ -130,11 +123,10 @@ async def stream(
     voice_id: str,
     body: SpeechBody,
     service: ServiceDep,
-    principal: Principal,
     output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
 ) -> StreamingResponse:
     """As `convert`, played as it arrives: the scheduler keeps it ahead of its listener."""
-    return await _audio_answer(request, voice_id, body, output_format, service, principal, live=True)
+    return await _audio_answer(request, voice_id, body, output_format, service, live=True)
 
 
 @router.post("/text-to-speech/{voice_id}/with-timestamps", response_model=TimedAudio, responses=_ERRORS)
@@ -143,11 +135,10 @@ async def convert_with_timestamps(
     voice_id: str,
     body: SpeechBody,
     service: ServiceDep,
-    principal: Principal,
     output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
 ) -> JSONResponse:
     """The whole audio, base64, with each character's start and end (from the engine's word timings: Kokoro)."""
-    ctx = _context(request, principal, streaming=False)
+    ctx = _context(request, streaming=False)
     speech, audio, headers = await _speak(service, voice_id, body, output_format, ctx, timed=True)
     encoded = b"".join([piece async for piece in speech.encoded(audio)])
     found = alignment(speech.words, lead_space=False)
@@ -167,11 +158,10 @@ async def stream_with_timestamps(
     voice_id: str,
     body: SpeechBody,
     service: ServiceDep,
-    principal: Principal,
     output_format: OutputFormat = DEFAULT_OUTPUT_FORMAT,
 ) -> StreamingResponse:
     """One JSON line per chunk as it is made: its audio (base64) and the characters it speaks, in seconds."""
-    ctx = _context(request, principal, streaming=True)
+    ctx = _context(request, streaming=True)
     speech, audio, headers = await _speak(service, voice_id, body, output_format, ctx, timed=True)
 
     async def lines() -> AsyncIterator[bytes]:

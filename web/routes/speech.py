@@ -15,12 +15,10 @@ from starlette.types import Receive, Scope, Send
 from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES
 from audio.word_timings import CaptionFormat, captions
 from errors import InvalidInput, ServiceError
-from lifecycle.synthesis import RequestContext
 from text.languages import LANGUAGES
 from web import api_docs
-from web.auth import ANONYMOUS, LIVE_SUBPROTOCOL
-from web.connections import CLOSE_CONNECTION
-from web.dependencies import Principal, ServiceDep, SpeechContext, SpeechRoute, StreamContext
+from web.auth import LIVE_SUBPROTOCOL
+from web.dependencies import ServiceDep, SpeechContext, SpeechRoute, StreamContext, connection_context
 from web.http_errors import cut_on_failure, deny_websocket
 from web.live_transport import json_objects, open_session, serve_websocket
 from web.protocol import EngineCatalog, LiveMessage, LiveOptions, TimedSpeech, TTSRequest
@@ -111,16 +109,10 @@ _LIVE: dict[str, Any] = {
 
 @router.post("/tts/live", **_LIVE)
 @router.put("/tts/live", **_LIVE)  # curl -T .
-async def tts_live(request: Request, service: ServiceDep, principal: Principal) -> Response:
+async def tts_live(request: Request, service: ServiceDep) -> Response:
     """Text in as it is written (newline-delimited JSON messages in a streamed body), speech out as each phrase is
     complete; options in the query string or the first message."""
-    ctx = RequestContext(
-        route="tts/live",
-        principal=principal,
-        streaming=True,
-        client=request.client.host if request.client else None,
-        close_connection=request.scope.get(CLOSE_CONNECTION),
-    )
+    ctx = connection_context(request, "tts/live", streaming=True)
     session = await open_session(
         service.synthesis, ctx, dict(request.query_params), json_objects(request.stream()), timed=False
     )
@@ -164,12 +156,5 @@ async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
         return
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
-    identity = websocket.state.identity
-    ctx = RequestContext(
-        route="tts/live/ws",
-        principal=identity.principal if identity else ANONYMOUS,
-        streaming=True,
-        client=websocket.client.host if websocket.client else None,
-        close_connection=websocket.scope.get(CLOSE_CONNECTION),
-    )
+    ctx = connection_context(websocket, "tts/live/ws", streaming=True)
     await serve_websocket(websocket, service.synthesis, ctx)
