@@ -31,8 +31,9 @@ ERRORS: dict[str, ErrorCode] = {
     "filename_too_long": ErrorCode(400, "A form part's file name is longer than any real file's."),
     "unauthorized": ErrorCode(
         401,
-        "No valid API key: send `Authorization: Bearer <key>` (on a WebSocket, the `bearer.<key>` subprotocol). "
-        "Only on a node with POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set.",
+        "No valid API key: send `Authorization: Bearer <key>`, `xi-api-key: <key>` or `X-API-Key: <key>` (on a "
+        "WebSocket also the `xi-api-key` or `api_key` query parameter, or the `bearer.<key>` subprotocol). Only on a "
+        "node with POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set.",
     ),
     "forbidden": ErrorCode(403, "A valid key that may not do this."),
     "admin_key_required": ErrorCode(403, "The route needs an admin key (POLYTTS_ADMIN_KEYS); an ordinary key is not."),
@@ -138,14 +139,22 @@ ERRORS: dict[str, ErrorCode] = {
     "denoiser_unavailable": ErrorCode(422, "`denoise` on a node that loads no denoiser (POLYTTS_VOXCPM_DENOISER)."),
     "max_new_tokens_too_large": ErrorCode(422, "`max_new_tokens` above this node's POLYTTS_QWEN_MAX_TOKENS."),
     "invalid_message": ErrorCode(
-        422, 'A live message that is not a JSON object `{"text": ...}`, `{"flush": true}` or `{"end": true}`.'
+        422,
+        'A live message that is not a JSON object `{"text": ...}`, `{"flush": true}` or `{"end": true}`; a Cartesia '
+        "WebSocket message without its `context_id`, or a context's first message without `voice` and "
+        "`output_format`.",
     ),
-    "invalid_output_format": ErrorCode(422, "An ElevenLabs `output_format` this node does not answer."),
-    "context_closed": ErrorCode(422, "An ElevenLabs WebSocket message for a context already closed on that socket."),
+    "invalid_output_format": ErrorCode(422, "An ElevenLabs or Cartesia `output_format` this node does not answer."),
+    "unsupported_voice_mode": ErrorCode(422, 'A Cartesia `voice` that is not `{"mode": "id", "id": ...}`.'),
+    "context_closed": ErrorCode(
+        422, "An ElevenLabs or Cartesia WebSocket message for a context already closed (or ended) on that socket."
+    ),
     "upgrade_required": ErrorCode(426, "The route takes a WebSocket handshake."),
     "busy": ErrorCode(429, "The service is at a configured bound."),
     "too_many_contexts": ErrorCode(
-        429, "An ElevenLabs `multi-stream-input` socket opening a context while 5 are open: close one first."
+        429,
+        "An ElevenLabs `multi-stream-input` or Cartesia `tts/websocket` socket opening a context while 5 are open: "
+        "close one first.",
     ),
     "fairness_key_queue_full": ErrorCode(
         429, "The request's fairness key has POLYTTS_MAX_PENDING_PER_KEY requests admitted."

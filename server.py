@@ -25,7 +25,7 @@ from errors import Unavailable
 from gpu.runtime import RuntimeRefused, check_runtime
 from lifecycle.service import Service, build_service
 from settings import Settings, load_settings, settings_or_report
-from web import api_docs, fleet, redaction
+from web import api_docs, cartesia_protocol, fleet, redaction
 from web.auth import ApiKeys, Authenticate, is_public
 from web.connections import ConnectionCloser
 from web.elevenlabs_protocol import SpeechBody
@@ -34,14 +34,14 @@ from web.middleware import AccessLog, BodyLimit, CutStreams
 from web.openai_protocol import SpeechRequest
 from web.protocol import TTSRequest
 from web.request_ids import RequestIds
-from web.routes import admin, docs, elevenlabs, openai, operations, playground, speech, voices
+from web.routes import admin, cartesia, docs, elevenlabs, openai, operations, playground, speech, voices
 
 log = logging.getLogger("polytts.server")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PUBLIC_PATHS = ("/", "/health", "/ready", "/metrics", "/docs", "/redoc", "/openapi.json", "/ui")
 """Answered without an API key: what balancers, brokers and scrapers poll, the API docs and the playground (whose
 page asks for a key when the API answers 401)."""
-SPEECH_PATHS = ("/tts", "/v1/audio/speech", "/elevenlabs/v1/text-to-speech")
+SPEECH_PATHS = ("/tts", "/v1/audio/speech", "/elevenlabs/v1/text-to-speech", "/cartesia/tts")
 """Routes that log one line of their own per request, with its audio timings."""
 OWN_BODY_LIMITS = ("/voices", "/voices/bundle", "/tts/live")
 """Routes that bound their bodies themselves, part by part as they arrive."""
@@ -80,13 +80,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CutStreams)
     redaction.install()
     app.add_middleware(RequestIds)  # outermost: every answer and every log line has the id
-    for area in (voices, speech, openai, elevenlabs, operations, admin, playground, docs):
+    for area in (voices, speech, openai, elevenlabs, cartesia, operations, admin, playground, docs):
         app.include_router(area.router)
     api_docs.install(
         app,
         public=lambda path: is_public(path, PUBLIC_PATHS),
         max_text_chars=settings.max_text_chars,
-        text_fields={TTSRequest.__name__: "text", SpeechRequest.__name__: "input", SpeechBody.__name__: "text"},
+        text_fields={
+            TTSRequest.__name__: "text",
+            SpeechRequest.__name__: "input",
+            SpeechBody.__name__: "text",
+            cartesia_protocol.GenerationRequest.__name__: "transcript",
+        },
     )
     return app
 

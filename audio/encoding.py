@@ -47,8 +47,13 @@ def to_pcm16(samples: np.ndarray) -> bytes:
     return (clipped * 32767.0).round().astype("<i2").tobytes()
 
 
-def _riff_header(sample_rate: int, riff_size: int, data_size: int, channels: int = 1) -> bytes:
-    byte_rate = sample_rate * channels * SAMPLE_WIDTH
+WAV_PCM, WAV_FLOAT, WAV_MULAW = 1, 3, 7
+"""WAVE format tags: integer PCM, IEEE float, G.711 μ-law."""
+
+
+def _riff_header(
+    sample_rate: int, riff_size: int, data_size: int, channels: int = 1, tag: int = WAV_PCM, width: int = SAMPLE_WIDTH
+) -> bytes:
     return struct.pack(
         "<4sI4s4sIHHIIHH4sI",
         b"RIFF",
@@ -56,15 +61,20 @@ def _riff_header(sample_rate: int, riff_size: int, data_size: int, channels: int
         b"WAVE",
         b"fmt ",
         16,
-        1,
+        tag,
         channels,
         sample_rate,
-        byte_rate,
-        channels * SAMPLE_WIDTH,
-        8 * SAMPLE_WIDTH,
+        sample_rate * channels * width,
+        channels * width,
+        8 * width,
         b"data",
         data_size,
     )
+
+
+def streaming_wav_header(sample_rate: int, tag: int = WAV_PCM, width: int = SAMPLE_WIDTH) -> bytes:
+    """The header of a streamed WAV, whose length is not known when it is sent (STREAMING_WAV_SIZE)."""
+    return _riff_header(sample_rate, STREAMING_WAV_SIZE, STREAMING_WAV_SIZE, tag=tag, width=width)
 
 
 def wav_header(sample_rate: int, data_bytes: int, channels: int = 1) -> bytes:
@@ -132,7 +142,7 @@ class _WavEncoder(Encoder):
     threaded = False
 
     def __init__(self, sample_rate: int) -> None:
-        self._header = _riff_header(sample_rate, STREAMING_WAV_SIZE, STREAMING_WAV_SIZE)
+        self._header = streaming_wav_header(sample_rate)
 
     def feed(self, pcm: bytes) -> bytes:
         header, self._header = self._header, b""

@@ -16,7 +16,17 @@ from typing import Literal
 import av
 import numpy as np
 
-from audio.encoding import MEDIA_TYPES, SAMPLE_WIDTH, AudioFormat, Encoder, open_encoder
+from audio.encoding import (
+    MEDIA_TYPES,
+    SAMPLE_WIDTH,
+    WAV_FLOAT,
+    WAV_MULAW,
+    WAV_PCM,
+    AudioFormat,
+    Encoder,
+    open_encoder,
+    streaming_wav_header,
+)
 
 SampleEncoding = Literal["s16le", "f32le", "mulaw"]
 """How the samples of raw audio (`pcm`) are written: 16-bit and 32-bit float little-endian, or 8-bit G.711 μ-law."""
@@ -24,8 +34,8 @@ SampleEncoding = Literal["s16le", "f32le", "mulaw"]
 
 @dataclass(frozen=True)
 class Output:
-    """What a client asked for: a format, at a rate (None: the engine's), raw samples written as `encoding` (for
-    `pcm` only), and a codec's bit rate (None: the format's default)."""
+    """What a client asked for: a format, at a rate (None: the engine's), samples written as `encoding` (for `pcm`
+    and `wav` only), and a codec's bit rate (None: the format's default)."""
 
     fmt: AudioFormat
     sample_rate: int | None = None
@@ -89,6 +99,12 @@ def f32le(pcm: bytes) -> bytes:
 
 
 _RAW: dict[SampleEncoding, Callable[[bytes], bytes]] = {"s16le": bytes, "f32le": f32le, "mulaw": mulaw}
+_WAV_FORMATS: dict[SampleEncoding, tuple[int, int]] = {
+    "s16le": (WAV_PCM, SAMPLE_WIDTH),
+    "f32le": (WAV_FLOAT, 4),
+    "mulaw": (WAV_MULAW, 1),
+}
+"""Each sample encoding's WAVE format tag and bytes per sample."""
 
 
 class _Converted(Encoder):
@@ -98,9 +114,11 @@ class _Converted(Encoder):
         rate = output.rate(engine_rate)
         self.media_type = MEDIA_TYPES[output.fmt]
         self._resampler = Resampler(engine_rate, rate) if rate != engine_rate else None
-        self._raw = _RAW[output.encoding] if output.fmt == "pcm" else None
-        self._inner = None if self._raw else open_encoder(output.fmt, rate, output.bit_rate)
+        raw = output.fmt in ("pcm", "wav")
+        self._raw = _RAW[output.encoding] if raw else None
+        self._inner = None if raw else open_encoder(output.fmt, rate, output.bit_rate)
         self._odd_byte = b""
+        self._header = streaming_wav_header(rate, *_WAV_FORMATS[output.encoding]) if output.fmt == "wav" else b""
 
     def _convert(self, pcm: bytes) -> bytes:
         return self._resampler.feed(pcm) if self._resampler else pcm
@@ -116,7 +134,8 @@ class _Converted(Encoder):
             yield from self._inner.feed_sliced(pcm)
 
     def feed(self, pcm: bytes) -> bytes:
-        return b"".join(self._write(self._convert(pcm)))
+        header, self._header = self._header, b""
+        return header + b"".join(self._write(self._convert(pcm)))
 
     def feed_sliced(self, pcm: bytes) -> Iterator[bytes]:
         if self._raw is not None:
@@ -126,7 +145,8 @@ class _Converted(Encoder):
         yield from self._write(self._convert(pcm))
 
     def finish(self) -> bytes:
-        tail = b"".join(self._write(self._resampler.finish())) if self._resampler else b""
+        header, self._header = self._header, b""
+        tail = header + (b"".join(self._write(self._resampler.finish())) if self._resampler else b"")
         return tail + (self._inner.finish() if self._inner is not None else b"")
 
     def close(self) -> None:

@@ -59,7 +59,8 @@ class WordTiming:
 
 @dataclass(frozen=True)
 class Words:
-    """The timings of the words of one chunk, in seconds of the response's audio; they follow that chunk's audio."""
+    """The timings of the words of one chunk, in seconds of the response's audio; they follow that chunk's audio.
+    Every chunk's audio ends with one, without words where the request is not timed."""
 
     words: list[WordTiming]
 

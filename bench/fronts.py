@@ -1,5 +1,5 @@
-"""The compatible fronts keep the live route's latency: the same simulated language model over `/tts/live/ws` and
-over the ElevenLabs `multi-stream-input` WebSocket.
+"""The compatible fronts keep the live route's latency: the same simulated language model over `/tts/live/ws`, over
+the ElevenLabs `multi-stream-input` WebSocket and over the Cartesia `tts/websocket`.
 
     python -m bench.fronts                        # starts server.py (caches off); 3 runs per route
     python -m bench.fronts --url URL --api-key KEY --runs 1 --tokens-per-s 50
@@ -7,12 +7,14 @@ over the ElevenLabs `multi-stream-input` WebSocket.
 The text (bench/common.py SIXTY_WORDS) is cut into tokens and sent at `--tokens-per-s` (30) as bench/live.py does:
 natively as `{"text": token}` then `{"end": true}`; to the ElevenLabs front as `{"text": token, "context_id"}` after
 the context's `{"text": " "}`, then a flush and `close_context` (Pipecat's end of a turn), audio asked as
-`pcm_24000` (the engine's rate: no resampling) unless `--output-format` says otherwise. The runs alternate.
+`pcm_24000` (the engine's rate: no resampling) unless `--output-format` says otherwise; to the Cartesia front as
+`{"transcript": token, "continue": true, "context_id"}` with `add_timestamps`, then `{"transcript": "", "continue":
+false}`, raw s16le at the same rate. The runs alternate.
 
 A phrase is what the server spoke as one chunk (native: a `words` event; ElevenLabs: a message with its
-`alignment`); its delay is from the arrival of its last token to its first audio (bench/live.py `analyse`). Reported
-per phrase: the median delay of each route and the front's excess over the native route; per run, the stalls of a
-client playing from the first byte in real time. Goals: each phrase within 50 ms of the native route's; no stall
+`alignment`; Cartesia: a `timestamps` event); its delay is from the arrival of its last token to its first audio
+(bench/live.py `analyse`). Reported per phrase: the median delay of each route and each front's excess over the
+native route; per run, the stalls of a client playing from the first byte in real time. Goals: each phrase within 50 ms of the native route's; no stall
 at 30 tokens/s while generation is faster than real time. Writes `bench/results/fronts-<UTC time>.json`.
 """
 
@@ -83,6 +85,51 @@ async def over_elevenlabs(url: str, parts: list[str], args: argparse.Namespace) 
     return run
 
 
+async def over_cartesia(url: str, parts: list[str], args: argparse.Namespace) -> LiveRun:
+    """One context on the Cartesia `tts/websocket`, fed as Pipecat's and LiveKit's services feed it."""
+    rate = int(args.output_format.split("_")[1])
+    query = f"?api_key={args.api_key}" if args.api_key else ""
+    fields = {
+        "model_id": "sonic-3",
+        "voice": {"mode": "id", "id": args.voice},
+        "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": rate},
+        "language": "en",
+        "add_timestamps": True,
+        "context_id": CONTEXT,
+    }
+    async with connect(f"{url.replace('http', 'ws', 1)}/cartesia/tts/websocket{query}", max_size=None) as ws:
+        run = LiveRun("cartesia", time.perf_counter(), sample_rate=rate)
+
+        async def send(text: str, more: bool) -> None:
+            await ws.send(json.dumps({**fields, "transcript": text, "continue": more}))
+
+        sender = asyncio.create_task(
+            produce(run, parts, args.tokens_per_s, lambda t: send(t, True), lambda: send("", False))
+        )
+        try:
+            async for message in ws:
+                now = time.perf_counter()
+                event = json.loads(message)
+                if event["type"] == "chunk":
+                    run.audio.append((now, len(base64.b64decode(event["data"]))))
+                elif event["type"] == "timestamps":
+                    run.phrase_ends.append(run.audio_bytes)
+                    run.spoken.append(" ".join(event["word_timestamps"]["words"]))
+                elif event["type"] == "error":
+                    run.error = f"{event['error_code']}: {event['message']}"
+                if event["type"] in ("done", "error"):
+                    break
+            await sender
+        except (ConnectionClosed, OSError) as exc:
+            run.error = run.error or f"{type(exc).__name__}: {exc}"
+        finally:
+            sender.cancel()
+    return run
+
+
+FRONTS = {"elevenlabs": over_elevenlabs, "cartesia": over_cartesia}
+
+
 def _analysed(run: LiveRun, parts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     whole = run.error is None and " ".join(run.spoken).split() == SIXTY_WORDS.split()
     if not whole:
@@ -91,21 +138,19 @@ def _analysed(run: LiveRun, parts: list[str], args: argparse.Namespace) -> dict[
     return {"error": None, "spoken_whole_text": True, **analyse(run, said, [0, *run.phrase_ends[:-1]])}
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def fronts(url: str, args: argparse.Namespace) -> dict[str, Any]:
     parts = tokens(SIXTY_WORDS)
     auth = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     with httpx.Client(base_url=url, timeout=600) as client:
         rtf_run = measure_stream(client, SIXTY_WORDS, args.voice, auth)  # warms up, and tells generation's pace
-    runs: dict[str, list[dict[str, Any]]] = {"native": [], "elevenlabs": []}
+    runs: dict[str, list[dict[str, Any]]] = {"native": [], **{front: [] for front in FRONTS}}
     for _ in range(args.runs):
         native = asyncio.run(asyncio.wait_for(over_websocket(url, parts, args), args.timeout))
         runs["native"].append(_analysed(native, parts, args))
-        front = asyncio.run(asyncio.wait_for(over_elevenlabs(url, parts, args), args.timeout))
-        runs["elevenlabs"].append(_analysed(front, parts, args))
+        for front, over in FRONTS.items():
+            runs[front].append(
+                _analysed(asyncio.run(asyncio.wait_for(over(url, parts, args), args.timeout)), parts, args)
+            )
     delays: dict[str, dict[str, list[float]]] = {route: {} for route in runs}
     for route, done in runs.items():
         for run in done:
@@ -113,20 +158,20 @@ def fronts(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 if row["after_last_token_s"] is not None:
                     delays[route].setdefault(row["text"], []).append(row["after_last_token_s"])
     rows: list[dict[str, Any]] = []
-    for text in sorted(set(delays["native"]) & set(delays["elevenlabs"]), key=SIXTY_WORDS.find):
-        native_s, front_s = _median(delays["native"][text]), _median(delays["elevenlabs"][text])
-        assert native_s is not None and front_s is not None
-        rows.append({"text": text, "native_s": native_s, "elevenlabs_s": front_s, "excess_s": front_s - native_s})
+    for text in sorted(set.intersection(*(set(found) for found in delays.values())), key=SIXTY_WORDS.find):
+        medians = {route: statistics.median(found[text]) for route, found in delays.items()}  # each has `text`
+        excess = {front: medians[front] - medians["native"] for front in FRONTS}
+        rows.append({"text": text, **{f"{route}_s": value for route, value in medians.items()}, "excess_s": excess})
     rtf = float(rtf_run["total_s"]) / float(rtf_run["audio_s"]) if rtf_run.get("audio_s") else None
     faster = rtf is not None and rtf < 1
-    front_runs = [run for run in runs["elevenlabs"] if "playback" in run]
+    front_runs = [run for front in FRONTS for run in runs[front] if "playback" in run]
     out: dict[str, Any] = {
         "text": {"tokens": len(parts), "tokens_per_s": args.tokens_per_s, "output_format": args.output_format},
         "stream_rtf": rtf,
         "routes": runs,
         "phrases": rows,
         "goal": {"excess_at_most_s": GOAL_EXCESS_S, "stalls": "none while generation is faster than real time"},
-        "delay_met": bool(rows) and all(row["excess_s"] <= GOAL_EXCESS_S for row in rows),
+        "delay_met": bool(rows) and all(excess <= GOAL_EXCESS_S for row in rows for excess in row["excess_s"].values()),
         "stalls_met": all(run["playback"]["stalls"] == 0 for run in front_runs) if faster and front_runs else None,
     }
     out["failed"] = [] if out["delay_met"] and out["stalls_met"] is not False else ["fronts"]
@@ -139,11 +184,13 @@ def summary(fig: dict[str, Any]) -> str:
         f"{fig['stream_rtf']:.3f}"
         if fig["stream_rtf"] is not None
         else "no real-time factor",
-        "  phrase                                      native  elevenlabs  excess",
+        "  phrase                                      native  elevenlabs  excess  cartesia  excess",
     ]
     for row in fig["phrases"]:
+        excess = row["excess_s"]
         lines.append(
-            f"  {row['text'][:42]:42}  {row['native_s']:6.3f}  {row['elevenlabs_s']:10.3f}  {row['excess_s']:+.3f}"
+            f"  {row['text'][:42]:42}  {row['native_s']:6.3f}  {row['elevenlabs_s']:10.3f}  {excess['elevenlabs']:+.3f}"
+            f"  {row['cartesia_s']:8.3f}  {excess['cartesia']:+.3f}"
         )
     for route, done in fig["routes"].items():
         for number, run in enumerate(done, 1):
@@ -164,7 +211,9 @@ def main() -> int:
     parser.add_argument("--url", help="a running server with caches off; default: start one")
     parser.add_argument("--api-key", help="the server's API key, if it has keys")
     parser.add_argument("--voice", default="af_heart", help="voice id or built-in name (default af_heart)")
-    parser.add_argument("--output-format", default="pcm_24000", help="the ElevenLabs front's output_format")
+    parser.add_argument(
+        "--output-format", default="pcm_24000", help="the ElevenLabs front's output_format (its rate: Cartesia's)"
+    )
     parser.add_argument("--runs", type=int, default=3, help="live requests per route")
     parser.add_argument("--tokens-per-s", type=float, default=30.0, help="the simulated model's speed (default 30)")
     parser.add_argument("--first-chunk-chars", type=int, default=defaults.first_chunk_chars)

@@ -378,7 +378,8 @@ class Voicing:
             rate = self.engine.sample_rate
             # The joiner cut the chunk's own leading silence: its words move that much earlier.
             shift, low, high = (start - self.joiner.lead_trimmed) / rate, start / rate, self.position / rate
-            yield Words([word.shifted(shift).clamped(low, high) for word in words])
+            words = [word.shifted(shift).clamped(low, high) for word in words]
+        yield Words(words)  # also the end of the chunk's audio, words or not (Cartesia's `flush_done` counts them)
 
 
 class SynthesisService:
@@ -438,15 +439,19 @@ class SynthesisService:
             raise
 
     async def speak_live(
-        self, request: VoiceRequest, ctx: RequestContext, timed: bool | None
+        self,
+        request: VoiceRequest,
+        ctx: RequestContext,
+        timed: bool | None,
+        phrase_chars: tuple[int, int] | None = None,
     ) -> tuple[Speech, LiveText]:
         """Admit a live request: its voice planned now, its phrases spoken as its text (the LiveText returned) gets
-        them; never cached."""
+        them (`phrase_chars`: as `live_text` has it); never cached."""
         timings = Timings(ctx.route, ctx.request_id)
         try:
             self.check_open()
             plan = await self.plan_voice(request, ctx.engine, timed)
-            text = self.live_text(plan, self.scheduler.gpu.wake)
+            text = self.live_text(plan, self.scheduler.gpu.wake, phrase_chars)
             plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
             job = self.submit(plan, ctx, text)
             speech = Speech(self, plan, timings, ctx, self._generated(plan, job, timings), job)
@@ -584,11 +589,15 @@ class SynthesisService:
         check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
         return spoken
 
-    def live_text(self, plan: Plan, wake: Callable[[], None]) -> LiveText:
+    def live_text(self, plan: Plan, wake: Callable[[], None], phrase_chars: tuple[int, int] | None = None) -> LiveText:
         """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
         the engine says it, cut again when that is longer than the engine's cap, every limit counting spoken
-        characters as `plan` does."""
+        characters as `plan` does. `phrase_chars`: the request's own caps of its first and later phrases (a
+        client's chunk schedule), within the engine's."""
         first, cap, _ = self.caps(plan.engine, None, None)
+        if phrase_chars is not None:
+            cap = min(cap, phrase_chars[1]) if cap else phrase_chars[1]
+            first = min(phrase_chars[0], cap)
         return LiveText(
             PhraseSegmenter(first, cap),
             self.settings.max_text_chars,

@@ -51,6 +51,11 @@ class LiveText:
         self.spoken_chars = 0
         self.taken: list[Chunk] = []
         """Phrases the GPU thread has taken, in order (for the request's log line)."""
+        self.cut = 0
+        """Phrases cut so far (taken or waiting)."""
+        self.flush_marks: list[int] = []
+        """For each flush so far, the phrases cut by its end: once that many phrases are spoken, so is everything
+        sent before it (Cartesia's `flush_done`)."""
 
     @property
     def pending(self) -> bool:
@@ -77,10 +82,12 @@ class LiveText:
 
     def flush(self) -> None:
         self._put(self._segmenter.flush())
+        self.flush_marks.append(self.cut)
 
     def close(self) -> None:
         """The end of the text: what is pending is spoken, then the job ends."""
         chunks = self._as_spoken(self._segmenter.flush())
+        self.cut += len(chunks)
         with self._lock:
             self._chunks.extend(chunks)
             self._closed = True
@@ -88,6 +95,7 @@ class LiveText:
 
     def _put(self, chunks: list[Chunk]) -> None:
         chunks = self._as_spoken(chunks)
+        self.cut += len(chunks)
         if chunks:
             with self._lock:
                 self._chunks.extend(chunks)

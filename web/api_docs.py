@@ -18,8 +18,9 @@ from pydantic import BaseModel, Field
 
 from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES, AudioFormat
 from errors import ERRORS
+from web.cartesia_protocol import CartesiaErrorBody
 from web.elevenlabs_protocol import ElevenLabsErrorBody
-from web.http_errors import ELEVENLABS_PREFIX, OPENAI_PREFIX
+from web.http_errors import CARTESIA_PREFIX, ELEVENLABS_PREFIX, OPENAI_PREFIX
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -101,10 +102,10 @@ def _error(status: int, openai: bool | ErrorShape) -> dict[str, Any]:
     return entry
 
 
-def errors(*statuses: int, openai: bool = False, elevenlabs: bool = False) -> Responses:
+def errors(*statuses: int, openai: bool = False, elevenlabs: bool = False, cartesia: bool = False) -> Responses:
     """`responses=` entries for the error statuses a route answers itself; `openai`: in OpenAI's shape;
-    `elevenlabs`: in ElevenLabs' shape."""
-    shape: bool | ErrorShape = ElevenLabsErrorBody if elevenlabs else openai
+    `elevenlabs`: in ElevenLabs'; `cartesia`: in Cartesia's."""
+    shape: bool | ErrorShape = ElevenLabsErrorBody if elevenlabs else CartesiaErrorBody if cartesia else openai
     return {status: _error(status, shape) for status in statuses}
 
 
@@ -295,7 +296,7 @@ def _complete(
 ) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     models = components.setdefault("schemas", {})
-    for model in (ErrorBody, OpenAIErrorBody, ElevenLabsErrorBody):
+    for model in (ErrorBody, OpenAIErrorBody, ElevenLabsErrorBody, CartesiaErrorBody):
         found = model.model_json_schema(ref_template=COMPONENTS + "{model}")
         models.update(found.pop("$defs", {}))
         models[model.__name__] = found
@@ -311,6 +312,8 @@ def _complete(
         openai: bool | ErrorShape = path.startswith(OPENAI_PREFIX)
         if path.startswith(ELEVENLABS_PREFIX):
             openai = ElevenLabsErrorBody
+        elif path.startswith(CARTESIA_PREFIX):
+            openai = CartesiaErrorBody
         for operation in operations.values():
             _shared(operation, openai, keyed=not public(path))
     for unused in ("HTTPValidationError", "ValidationError"):

@@ -1,7 +1,8 @@
 """Who a request is: API keys (checked before anything else is read) and the fairness key a request counts against.
 
-With `POLYTTS_API_KEYS` set, every route but the public ones needs `Authorization: Bearer <key>`, and the key's
-name is the request's fairness key; a header cannot claim another identity. Without keys, the fairness key is the
+With `POLYTTS_API_KEYS` set, every route but the public ones needs a key (`Authorization: Bearer <key>`, or the
+ElevenLabs and Cartesia clients' own headers: `KEY_REQUIRED` lists the ways), and the key's name is the request's
+fairness key; a header cannot claim another identity. Without keys, the fairness key is the
 `X-Fairness-Key` header, else the anonymous key. A name grants nothing by itself: weights come from configuration.
 """
 
@@ -25,6 +26,15 @@ LIVE_SUBPROTOCOL = "polytts"
 key beside it as `bearer.<key in unpadded base64url>` (a subprotocol never appears in access logs, a query does)."""
 _KEY_SUBPROTOCOL = "bearer."
 XI_API_KEY = "xi-api-key"
+CARTESIA_API_KEY = "x-api-key"
+QUERY_KEYS = (XI_API_KEY, "api_key")
+"""Query parameters a WebSocket's key may come in: ElevenLabs' `xi-api-key`, Cartesia's `api_key`."""
+KEY_REQUIRED = (
+    "a valid API key is required: send it as `Authorization: Bearer <key>`, `xi-api-key: <key>` (ElevenLabs' "
+    "clients) or `X-API-Key: <key>` (Cartesia's); on a WebSocket also as the "
+    f"{' or '.join(f'`{name}`' for name in QUERY_KEYS)} query parameter, or the `{_KEY_SUBPROTOCOL}<key>` subprotocol"
+)
+"""The 401's message: every way a client may give its key, so that one sending it another way learns the right one."""
 
 
 @dataclass(frozen=True)
@@ -58,16 +68,17 @@ class ApiKeys:
         self, headers: Headers, subprotocols: list[str] | None = None, query_key: str | None = None
     ) -> Identity:
         """Who a request is, or Unauthorized/InvalidInput; a WebSocket's key may come as a subprotocol. ElevenLabs'
-        clients send theirs as `xi-api-key` (a header, or on a WebSocket the `query_key` parameter)."""
+        clients send theirs as `xi-api-key`, Cartesia's as `X-API-Key` (a header, or on a WebSocket the `query_key`
+        parameter)."""
         if self:
             scheme, _, token = headers.get("authorization", "").partition(" ")
             offered = [_subprotocol_key(p) for p in subprotocols or [] if p.startswith(_KEY_SUBPROTOCOL)]
-            offered += [key for key in (headers.get(XI_API_KEY), query_key) if key]
+            offered += [key for key in (headers.get(XI_API_KEY), headers.get(CARTESIA_API_KEY), query_key) if key]
             if scheme.lower() != "bearer" and offered:
                 scheme, token = "bearer", offered[0]
             identity = self._lookup(token.strip()) if scheme.lower() == "bearer" else None
             if identity is None:
-                raise Unauthorized("a valid API key is required: Authorization: Bearer <key>", code="unauthorized")
+                raise Unauthorized(KEY_REQUIRED, code="unauthorized")
             return identity
         key = headers.get("x-fairness-key", "").strip()
         if key and not (len(key) <= MAX_FAIRNESS_KEY_CHARS and key.isprintable()):
@@ -99,7 +110,7 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         try:
-            query_key = QueryParams(scope["query_string"]).get(XI_API_KEY) if scope["type"] == "websocket" else None
+            query_key = _query_key(scope) if scope["type"] == "websocket" else None
             identity: Identity | None = self.keys.identify(Headers(scope=scope), scope.get("subprotocols"), query_key)
         except ServiceError as exc:
             # A WebSocket is refused before its handshake completes, even on a public path.
@@ -109,6 +120,11 @@ class Authenticate:
             identity = None
         scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
+
+
+def _query_key(scope: Scope) -> str | None:
+    query = QueryParams(scope["query_string"])
+    return next((query[name] for name in QUERY_KEYS if query.get(name)), None)
 
 
 def _subprotocol_key(subprotocol: str) -> str:

@@ -8,10 +8,11 @@ the tests drive the routes with); Pipecat's and LiveKit's ElevenLabs services re
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,7 +59,10 @@ def output(name: str | None) -> Output:
 
 
 def media_type(audio: Output) -> str:
-    return "audio/basic" if audio.encoding == "mulaw" else MEDIA_TYPES[audio.fmt]
+    """Always an `audio/` type, as ElevenLabs answers: LiveKit's plugin refuses any other as not audio."""
+    if audio.encoding == "mulaw":
+        return "audio/basic"
+    return "audio/pcm" if audio.fmt == "pcm" else MEDIA_TYPES[audio.fmt]
 
 
 def resolve_model(model_id: str | None, engines: Collection[str]) -> str | None:
@@ -165,16 +169,19 @@ def alignment(words: Sequence[WordTiming], lead_space: bool) -> dict[str, Any] |
     }
 
 
-def socket_alignment(words: Sequence[WordTiming], start: float, end: float, lead_space: bool) -> dict[str, Any] | None:
-    """The WebSocket's `alignment`: times in milliseconds from the start of this message's audio (`start` to `end`
-    seconds of the stream), the last character lasting to the end of that audio, so that a client adding up each
-    message's span (as Pipecat does) keeps time with the audio."""
-    chars = characters(words, start, lead_space)
+def socket_alignment(words: Sequence[WordTiming], start: float, end: float, origin: float) -> dict[str, Any] | None:
+    """The WebSocket's `alignment` of a phrase's audio, from `start` to `end` seconds of the stream: its words'
+    characters, then a space lasting to `end` (the silence that ends the phrase), so that a client that splits
+    words at spaces (Pipecat, LiveKit) has the phrase's last word with it; times in milliseconds from `origin`. With
+    `origin` the start of that audio (ElevenLabs' reference: times are relative to the chunk), a client adding up
+    each message's span (as Pipecat does) keeps time with the audio; with `origin` 0 the times are on the context's
+    clock, where LiveKit places them."""
+    chars = characters(words, start, lead_space=False)
     if not chars:
         return None
-    starts = [round((begin - start) * 1000) for _, begin, _ in chars]
-    ends = [round((stop - start) * 1000) for _, _, stop in chars]
-    ends[-1] = max(ends[-1], round((end - start) * 1000))
+    chars.append((" ", chars[-1][2], max(chars[-1][2], end)))
+    starts = [round((begin - origin) * 1000) for _, begin, _ in chars]
+    ends = [round((stop - origin) * 1000) for _, _, stop in chars]
     return {
         "chars": [char for char, _, _ in chars],
         "charStartTimesMs": starts,
@@ -217,6 +224,8 @@ async def segments(speech: Speech, audio: Output, hold: bool) -> AsyncIterator[S
     async with contextlib.aclosing(speech.encoded_events(audio)) as events:
         async for item in events:
             if isinstance(item, Words):
+                if not item.words and not pending:  # the end of an untimed chunk
+                    continue
                 end = speech.timings.audio_seconds()
                 yield Segment(b"".join(pending), item.words, start, end)
                 pending, start = [], end
@@ -234,9 +243,25 @@ async def segments(speech: Speech, audio: Output, hold: bool) -> AsyncIterator[S
 class GenerationConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    chunk_length_schedule: list[int] | None = Field(
-        None, description="Accepted; the live segmenter cuts phrases at their ends instead (earlier audio)."
+    chunk_length_schedule: list[Annotated[int, Field(ge=50, le=500)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Characters of text (50 to 500 each) a phrase waits for at most: the first value the first "
+        "phrase's, the last every later phrase's (ElevenLabs repeats its last value). A phrase's end (a sentence, a "
+        "clause) still cuts it earlier, and no phrase is longer than the engine allows. Smaller values start the "
+        "audio after fewer characters of unpunctuated text.",
     )
+
+    def phrase_chars(self) -> tuple[int, int] | None:
+        """The schedule as the live segmenter's (first, every later) phrase caps. The segmenter takes a first
+        phrase whole up to twice its cap (text/chunking.py `_caps`), so half the first value makes the first phrase
+        wait for at most that many characters. ElevenLabs' default schedule, [120, 160, 250, 290], comes to the
+        node's own caps at their defaults (POLYTTS_FIRST_CHUNK_CHARS 60, the engine's 120)."""
+        schedule = self.chunk_length_schedule
+        if not schedule:
+            return None
+        return math.ceil(schedule[0] / 2), schedule[-1]
 
 
 class SocketMessage(BaseModel):

@@ -2,12 +2,13 @@
 `multi-stream-input` (several contexts per socket, each its own live request: its own job in the fair queue, its
 own log line and count), both through `web.live_transport.open_session`.
 
-A context's text goes into its live request as it comes (`flush` speaks what is pending); its audio comes back in
-the asked `output_format`, base64 in `audio` messages as it is made, each phrase's `alignment` after its audio where
-the engine times words, then `isFinal`. `close_context` ends a context: when everything it was sent has been
-flushed (Pipecat's end of a turn: flush, then close), that text is spoken first; otherwise (a barge-in) its work
-stops at once. A socket that sends nothing for `inactivity_timeout` seconds while no context is finishing is
-closed, and so is every context still open when the socket ends.
+A context's text goes into its live request as it comes (`flush` speaks what is pending), cut into phrases by its
+`generation_config.chunk_length_schedule` where it gives one; its audio comes back in the asked `output_format`,
+base64 in `audio` messages as it is made, each phrase's `alignment` after its audio where the engine times words,
+then `isFinal`. `close_context` ends a context: when everything it was sent has been flushed (Pipecat's end of a
+turn: flush, then close), that text is spoken first; otherwise (a barge-in) its work stops at once. A socket that
+sends nothing for `inactivity_timeout` seconds while no context is finishing is closed, and so is every context
+still open when the socket ends.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ import base64
 import contextlib
 import dataclasses
 import json
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from audio.output import Output
-from errors import InvalidInput, ServiceError, invalid_fields
+from errors import ServiceError, invalid_fields
 from lifecycle.service import Service
 from lifecycle.synthesis import RequestContext
+from text.chunking import is_speakable
 from web.dependencies import connection_context
 from web.elevenlabs_protocol import (
     SocketMessage,
@@ -39,12 +39,8 @@ from web.elevenlabs_protocol import (
 )
 from web.http_errors import SPEECH_ROUTE, deny_websocket
 from web.live_transport import open_session, parse_object
+from web.socket_contexts import SocketContext, SocketContexts
 
-log = logging.getLogger("polytts.elevenlabs")
-
-MAX_CONTEXTS = 5
-"""Contexts open at once on one socket, as ElevenLabs allows: a client that never closes its contexts is refused
-new ones rather than holding ever more live requests."""
 DEFAULT_CONTEXT = "default"
 """The context of a `multi-stream-input` message that names none."""
 
@@ -58,49 +54,24 @@ class SocketQuery(BaseModel):
     output_format: str | None = None
     language_code: str | None = None
     inactivity_timeout: float = Field(20, gt=0, le=180)
+    auto_mode: bool = Field(
+        False,
+        description="Each text message is a whole phrase (Pipecat and LiveKit send sentences so): it is spoken at "
+        "once, as if flushed, and it ends a word even without a trailing space.",
+    )
+    sync_alignment: bool = Field(
+        False,
+        description="Alignment times on the context's clock (from the start of its audio), where LiveKit's plugin, "
+        "which asks for this, places them; otherwise from the start of the audio each message's alignment covers, "
+        "as ElevenLabs' reference has them and Pipecat adds them up.",
+    )
 
 
 class SocketIdle(ServiceError):
     code = "inactivity_timeout"
 
 
-class TooManyContexts(ServiceError):
-    code = "too_many_contexts"
-    status = 429
-
-
-class _Context:
-    """One context's text on its way into its live request, and the task that sends its audio back."""
-
-    def __init__(self, context_id: str | None, first: SocketMessage) -> None:
-        self.id = context_id
-        self.first = first
-        self.inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self.unflushed = False
-        """Text has come since the last flush: a close then is a barge-in."""
-        self.ended = False
-        """Its text is complete: what it was sent is being spoken to the end."""
-        self.task: asyncio.Task[None] | None = None
-
-    def put(self, message: SocketMessage) -> None:
-        item: dict[str, Any] = {}
-        if message.text:
-            item["text"] = message.text
-            self.unflushed = self.unflushed or bool(message.text.strip())
-        if message.flush:
-            item["flush"] = True
-            self.unflushed = False
-        if item and not self.ended:
-            self.inbox.put_nowait(item)
-
-    def end(self) -> None:
-        if not self.ended:
-            self.ended = True
-            self.inbox.put_nowait(None)
-
-    async def messages(self) -> AsyncIterator[dict[str, Any]]:
-        while (item := await self.inbox.get()) is not None:
-            yield item
+Context = SocketContext[SocketMessage]
 
 
 class ElevenLabsSocket:
@@ -123,8 +94,9 @@ class ElevenLabsSocket:
         self.audio = audio
         self.engine = engine
         self.multi = multi
-        self.contexts: dict[str | None, _Context] = {}
-        self.closed: set[str | None] = set()
+        self.contexts = SocketContexts[SocketMessage]()
+        self.unflushed: set[str | None] = set()
+        """Contexts sent speakable text since their last `flush`: closing one of them is a barge-in."""
         self._send_lock = asyncio.Lock()
         self._gone = False
         scope = websocket.scope
@@ -149,10 +121,8 @@ class ElevenLabsSocket:
                 waits: set[asyncio.Future[Any]] = {receiver}
                 if single is not None and single.task is not None:
                     waits.add(single.task)
-                finishing = any(context.ended for context in self.contexts.values())
-                done, _ = await asyncio.wait(
-                    waits, timeout=None if finishing else self.query.inactivity_timeout, return_when="FIRST_COMPLETED"
-                )
+                timeout = None if self.contexts.finishing else self.query.inactivity_timeout
+                done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
                 if not done:
                     idle = f"no message for {self.query.inactivity_timeout:g} s (inactivity_timeout)"
                     await self.send(socket_error(SocketIdle(idle), None))
@@ -171,11 +141,11 @@ class ElevenLabsSocket:
                     break
                 if not await self._handle(raw):
                     break
-            await self._wait_ended()
+            await self.contexts.wait_ended()
         finally:
             if receiver is not None:
                 receiver.cancel()
-            await self._cancel_all()
+            await self.contexts.cancel_all()
             if not self._gone:
                 with contextlib.suppress(WebSocketDisconnect, RuntimeError):
                     await self.websocket.close(1000)
@@ -195,59 +165,62 @@ class ElevenLabsSocket:
             return True
         context_id = (message.context_id or DEFAULT_CONTEXT) if self.multi else None
         if message.close_socket:
-            for open_context in list(self.contexts.values()):
+            for open_context in list(self.contexts.open.values()):
                 self._close(open_context)
             return False
-        context: _Context | None = self.contexts.get(context_id)
+        context = self.contexts.get(context_id)
         if message.close_context and self.multi:
             if context is not None:
                 self._close(context)
             return True
         if context is None:
-            if context_id in self.closed:
-                error = InvalidInput(f"context {context_id!r} is closed; open another id", code="context_closed")
-                await self.send(socket_error(error, context_id))
+            if not message.text and not message.flush:
+                return True  # a keep-alive, for no open context (Pipecat sends them after closing one too)
+            try:
+                context = self.contexts.start(context_id, message, self._serve)
+            except ServiceError as exc:  # a closed id, or one context too many
+                await self.send(socket_error(exc, context_id))
                 return True
-            if not message.text and not message.flush:  # a keep-alive, for no context yet
-                return True
-            if len(self.contexts) >= MAX_CONTEXTS:
-                await self.send(
-                    socket_error(
-                        TooManyContexts(f"at most {MAX_CONTEXTS} contexts are open at once; close one first"),
-                        context_id,
-                    )
-                )
-                return True
-            context = self.contexts[context_id] = _Context(context_id, message)
-            context.task = asyncio.create_task(self._serve(context))
         if not self.multi and message.text == "" and not message.flush:  # stream-input's end of text
             context.end()
             return True
-        context.put(message)
+        text, flush = message.text, message.flush
+        speakable = text is not None and is_speakable(text)
+        # In auto mode every phrase is spoken as if flushed, so only a flush with no text of its own says that the
+        # text is all sent (LiveKit flushes each sentence, then ends with an empty one; Pipecat flushes at the end).
+        if flush and not (speakable and self.query.auto_mode):
+            self.unflushed.discard(context_id)
+        elif speakable:
+            self.unflushed.add(context_id)
+        if text is not None and speakable and self.query.auto_mode:
+            # A whole phrase: spoken now, and its last word ends with it.
+            text, flush = text if text[-1].isspace() else text + " ", True
+        context.put(text, flush)
         return True
 
-    def _close(self, context: _Context) -> None:
-        if context.unflushed and context.task is not None:
-            context.task.cancel()  # a barge-in: its work stops now
-        context.end()
+    def _close(self, context: Context) -> None:
+        if context.id in self.unflushed:
+            self.contexts.cancel(context)  # a barge-in: its work stops now
+        else:
+            context.end()
 
-    async def _serve(self, context: _Context) -> None:
+    async def _serve(self, context: Context) -> None:
         """The context's live request: open it, send its audio and alignment, then `isFinal`."""
-        settings = context.first.voice_settings
+        first = context.first
         query = {"voice_id": self.voice_id}
         if self.query.language_code:
             query["language"] = self.query.language_code
-        if settings is not None and settings.speed is not None and settings.speed != 1.0:
-            query["speed"] = str(settings.speed)
+        if first.voice_settings is not None and first.voice_settings.speed not in (None, 1.0):
+            query["speed"] = str(first.voice_settings.speed)
+        phrase_chars = first.generation_config.phrase_chars() if first.generation_config else None
         session = None
         try:
             session = await open_session(
-                self.service.synthesis, self.request_for(), query, context.messages(), timed=None
+                self.service.synthesis, self.request_for(), query, context.messages(), None, phrase_chars
             )
-            first = True
             async for segment in segments(session.speech, self.audio, hold=False):
-                found = socket_alignment(segment.words, segment.start, segment.end, lead_space=not first)
-                first = first and not segment.words
+                origin = 0.0 if self.query.sync_alignment else segment.start
+                found = socket_alignment(segment.words, segment.start, segment.end, origin)
                 message: dict[str, Any] = {
                     "audio": base64.b64encode(segment.audio).decode() if segment.audio else None,
                     "isFinal": None,
@@ -260,28 +233,16 @@ class ElevenLabsSocket:
         finally:
             if session is not None:
                 await session.close()
-            self.contexts.pop(context.id, None)
-            self.closed.add(context.id)
+            self.contexts.finished(context)
+            self.unflushed.discard(context.id)
             await self.send(self._tagged({"isFinal": True}, context))
 
     def request_for(self) -> RequestContext:
         """Each context its own request (its own timings and log line), with the socket's who and where."""
         return dataclasses.replace(self.request)
 
-    def _tagged(self, message: dict[str, Any], context: _Context) -> dict[str, Any]:
+    def _tagged(self, message: dict[str, Any], context: Context) -> dict[str, Any]:
         return {**message, "contextId": context.id} if self.multi else message
-
-    async def _wait_ended(self) -> None:
-        """Let the contexts whose text is complete finish speaking; the others end with the socket."""
-        tasks = [context.task for context in self.contexts.values() if context.ended and context.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _cancel_all(self) -> None:
-        tasks = [context.task for context in self.contexts.values() if context.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def serve_socket(websocket: WebSocket, voice_id: str, service: Service, multi: bool) -> None:

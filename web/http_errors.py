@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from errors import ServiceError, StreamCut, invalid_fields
 from lifecycle.synthesis import SynthesisService
-from web import elevenlabs_protocol
+from web import cartesia_protocol, elevenlabs_protocol, request_ids
 from web.openai_protocol import service_error_body, validation_error_body
 
 log = logging.getLogger("polytts.errors")
@@ -76,6 +76,11 @@ ELEVENLABS_PREFIX = elevenlabs_protocol.PREFIX + "/"
 """Routes of the ElevenLabs surface answer errors in ElevenLabs' shape, `{"detail": {"status", "message"}}`."""
 
 
+CARTESIA_PREFIX = cartesia_protocol.PREFIX + "/"
+"""Routes of the Cartesia surface answer errors in Cartesia's shape, `{"error_code", "title", "message",
+"request_id"}`."""
+
+
 def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResponse:
     if exc.status in (429, 503) and exc.retry_after is None:
         exc.retry_after = retry_after
@@ -83,6 +88,8 @@ def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResp
         body = service_error_body(exc)
     elif path.startswith(ELEVENLABS_PREFIX):
         body = elevenlabs_protocol.error_body(exc)
+    elif path.startswith(CARTESIA_PREFIX):
+        body = cartesia_protocol.error_body(exc)
     else:
         body = exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers())
@@ -175,7 +182,9 @@ def install_error_handlers(app: FastAPI, retry_after: float) -> None:
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
         # What went wrong stays in the log: the client learns only that it was the server.
-        return error_response(ServiceError("internal server error"), retry_after, request.url.path)
+        response = error_response(ServiceError("internal server error"), retry_after, request.url.path)
+        response.headers.update(request_ids.header(request.scope))
+        return response
 
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -104,10 +104,11 @@ async def open_session(
     query: dict[str, str],
     raw: AsyncIterator[dict[str, Any]],
     timed: bool | None,
+    phrase_chars: tuple[int, int] | None = None,
 ) -> LiveSession:
     """Read the first message (which may carry the options instead of the query string), plan and admit the request,
-    and start feeding its text. Everything wrong before that is raised, logged and counted: the client still gets an
-    error status."""
+    and start feeding its text (cut into phrases by the engine's caps, or `phrase_chars`: see `speak_live`).
+    Everything wrong before that is raised, logged and counted: the client still gets an error status."""
     settings = synthesis.settings
     inbox: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
     reader = asyncio.create_task(_pump(raw, inbox))
@@ -121,7 +122,7 @@ async def open_session(
         except ServiceError as exc:
             synthesis.rejected(ctx.route, exc, ctx.client)
             raise
-        speech, text = await synthesis.speak_live(chosen, ctx, timed)  # logs and counts its own refusals
+        speech, text = await synthesis.speak_live(chosen, ctx, timed, phrase_chars)  # logs and counts its own refusals
     except BaseException:
         reader.cancel()
         raise
@@ -258,7 +259,8 @@ async def serve_websocket(websocket: WebSocket, synthesis: SynthesisService, ctx
         async with contextlib.aclosing(speech.encoded_events(fmt)) as events:
             async for item in events:
                 if isinstance(item, Words):
-                    await websocket.send_json({"type": "words", "words": [word.public() for word in item.words]})
+                    if item.words:
+                        await websocket.send_json({"type": "words", "words": [word.public() for word in item.words]})
                 else:
                     await websocket.send_bytes(item)
         await websocket.send_json({"type": "done", "audio_seconds": round(speech.timings.audio_seconds(), 3)})

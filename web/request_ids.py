@@ -3,7 +3,8 @@
 The client's own id is kept when it sent a usable one (tracing through a proxy or an agent framework); anything else
 gets a new one. The id is set before anything else runs: in the scope's state (REQUEST_ID, for the access log and the
 routes) and in the lifecycle's `synthesis.REQUEST_ID` (for a speech request's line), and it is added to whatever
-starts the answer: an HTTP response, a WebSocket accept, a denied handshake.
+starts the answer: an HTTP response, a WebSocket accept, a denied handshake; the 500 of an unexpected error, sent
+from outside every middleware, takes it from the scope (`header`).
 """
 
 from __future__ import annotations
@@ -51,3 +52,10 @@ class RequestIds:
             await self.app(scope, receive, send_with_id)
         finally:
             synthesis.REQUEST_ID.reset(token)
+
+
+def header(scope: Scope) -> dict[str, str]:
+    """The request's id as a header, for the one answer that does not pass through RequestIds: the 500 of an
+    unexpected error, which Starlette's ServerErrorMiddleware sends from outside every middleware."""
+    request_id = scope.get("state", {}).get(REQUEST_ID)
+    return {HEADER: request_id} if request_id else {}

@@ -4,6 +4,7 @@ changed but their base URL and key, against a real server on the Kokoro ONNX mod
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +16,19 @@ from elevenlabs import ElevenLabs
 from elevenlabs.core import ApiError
 
 from tests.support.servers import ServerProcess, no_tracebacks
+from tests.support.voice_agents import (
+    PIPECAT_PATIENCE_S,
+    TimedWord,
+    check_timings,
+    pipecat_speak,
+    speech,
+    words_of_characters,
+)
 
 VOICE = "af_heart"
 SENTENCE = "The quick brown fox jumps over the lazy dog."
+ANSWER = "The quick brown fox jumps over the lazy dog. It was a sunny day, and everyone was happy."
+"""An agent's answer of two sentences: the pause between them is where timings are held against the sound."""
 KEY = "sk-eleven"
 
 
@@ -34,12 +45,6 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
 @pytest.fixture
 def client(node: ServerProcess) -> ElevenLabs:
     return ElevenLabs(base_url=node.url + "/elevenlabs", api_key=KEY, timeout=120)
-
-
-def speech(samples: np.ndarray) -> bool:
-    """Not silence: the loudest 50 ms windows are well above the noise floor."""
-    windows = samples[: samples.size // 800 * 800].reshape(-1, 800).astype(np.float64)
-    return float(np.sqrt((windows**2).mean(axis=1)).max()) > 1000
 
 
 def test_sdk_convert_pcm_at_the_rate_it_asks(client: ElevenLabs) -> None:
@@ -59,16 +64,15 @@ def test_sdk_stream_mp3_decodes_at_44100(client: ElevenLabs) -> None:
 
 
 def test_sdk_timestamps_match_the_audio(client: ElevenLabs) -> None:
-    import base64
-
-    timed = client.text_to_speech.convert_with_timestamps(VOICE, text=SENTENCE, output_format="pcm_24000")
-    seconds = len(base64.b64decode(timed.audio_base_64)) / 2 / 24000
+    timed = client.text_to_speech.convert_with_timestamps(VOICE, text=ANSWER, output_format="pcm_24000")
+    samples = np.frombuffer(base64.b64decode(timed.audio_base_64), dtype="<i2")
     alignment = timed.alignment
-    assert alignment is not None and "".join(alignment.characters) == SENTENCE
+    assert alignment is not None and "".join(alignment.characters) == ANSWER and speech(samples)
     starts, ends = alignment.character_start_times_seconds, alignment.character_end_times_seconds
-    assert starts == sorted(starts) and ends[-1] <= seconds + 0.01 and ends[-1] > seconds - 0.5
-    chunks = list(client.text_to_speech.stream_with_timestamps(VOICE, text=SENTENCE, output_format="pcm_24000"))
-    assert "".join(c for chunk in chunks if chunk.alignment for c in chunk.alignment.characters) == SENTENCE
+    assert starts == sorted(starts) and ends[-1] > samples.size / 24000 - 0.5
+    assert check_timings(samples, 24000, words_of_characters(alignment.characters, starts, ends)) >= 1
+    chunks = list(client.text_to_speech.stream_with_timestamps(VOICE, text=ANSWER, output_format="pcm_24000"))
+    assert "".join(c for chunk in chunks if chunk.alignment for c in chunk.alignment.characters) == ANSWER
 
 
 def test_sdk_voices_and_errors(client: ElevenLabs) -> None:
@@ -84,82 +88,31 @@ def test_sdk_voices_and_errors(client: ElevenLabs) -> None:
     assert raised.value.status_code == 401
 
 
-async def pipecat_speak(service: object, text: str, rate: int) -> tuple[bytes, int, list[tuple[str, float]]]:
-    """Run `service` in a Pipecat pipeline as an agent would: speak a language model's `text` as its tokens come,
-    collect the audio and the words with their presentation times."""
-    from pipecat.frames.frames import (
-        EndFrame,
-        Frame,
-        LLMFullResponseEndFrame,
-        LLMFullResponseStartFrame,
-        LLMTextFrame,
-        TTSAudioRawFrame,
-        TTSStoppedFrame,
-        TTSTextFrame,
-    )
-    from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.pipeline.runner import PipelineRunner
-    from pipecat.pipeline.task import PipelineParams, PipelineTask
-    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-
-    heard = bytearray()
-    rates: set[int] = set()
-    words: list[tuple[str, float]] = []
-    stopped = asyncio.Event()
-
-    class Collect(FrameProcessor):
-        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-            await super().process_frame(frame, direction)
-            if isinstance(frame, TTSAudioRawFrame):
-                heard.extend(frame.audio)
-                rates.add(frame.sample_rate)
-            elif isinstance(frame, TTSTextFrame) and frame.pts is not None:
-                words.append((frame.text, frame.pts / 1e9))
-            elif isinstance(frame, TTSStoppedFrame):
-                stopped.set()
-            await self.push_frame(frame, direction)
-
-    task = PipelineTask(
-        Pipeline([service, Collect()]),  # type: ignore[list-item]
-        params=PipelineParams(audio_out_sample_rate=rate),
-        idle_timeout_secs=60,
-    )
-    tokens = [LLMTextFrame(word + " ") for word in text.split()]  # a language model's answer, token by token
-    await task.queue_frames([LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame()])
-    running = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
-    await asyncio.wait_for(stopped.wait(), 120)  # the answer is spoken: the agent's turn is over
-    await task.queue_frame(EndFrame())
-    await asyncio.wait_for(running, 60)
-    assert rates == {rate}
-    return bytes(heard), rate, words
-
-
 @pytest.mark.parametrize("transport", ["http", "websocket"])
 def test_pipecat_elevenlabs_services(node: ServerProcess, transport: str) -> None:
     import aiohttp
     from pipecat.services.elevenlabs.tts import ElevenLabsHttpTTSService, ElevenLabsTTSService
 
-    async def run() -> tuple[bytes, int, list[tuple[str, float]]]:
+    async def run() -> tuple[np.ndarray, list[TimedWord]]:
         if transport == "websocket":
             socket = ElevenLabsTTSService(
                 api_key=KEY,
                 url=node.url.replace("http", "ws") + "/elevenlabs",
                 settings=ElevenLabsTTSService.Settings(voice=VOICE),
+                stop_frame_timeout_s=PIPECAT_PATIENCE_S,
             )
-            return await pipecat_speak(socket, SENTENCE, 16000)
+            return await pipecat_speak(socket, ANSWER, 16000)
         async with aiohttp.ClientSession() as session:
             service = ElevenLabsHttpTTSService(
                 api_key=KEY,
                 base_url=node.url + "/elevenlabs",
                 aiohttp_session=session,
                 settings=ElevenLabsHttpTTSService.Settings(voice=VOICE),
+                stop_frame_timeout_s=PIPECAT_PATIENCE_S,
             )
-            return await pipecat_speak(service, SENTENCE, 16000)
+            return await pipecat_speak(service, ANSWER, 16000)
 
-    audio, rate, words = asyncio.run(run())
-    samples = np.frombuffer(audio, dtype="<i2")
-    seconds = samples.size / rate
-    assert 2.0 < seconds < 5.0 and speech(samples)
-    assert [word for word, _ in words][:3] == ["The", "quick", "brown"]
-    times = [at for _, at in words]
-    assert times == sorted(times)
+    samples, words = asyncio.run(run())
+    assert 4.0 < samples.size / 16000 < 9.0 and speech(samples)
+    assert [word for word, _, _ in words] == ANSWER.split()
+    assert check_timings(samples, 16000, words) >= 1

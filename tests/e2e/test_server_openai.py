@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -12,11 +13,13 @@ from pathlib import Path
 
 import av
 import httpx
+import numpy as np
 import openai
 import pytest
 
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
+from tests.support.voice_agents import PIPECAT_PATIENCE_S, TimedWord, pipecat_speak, speech
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 LONG = " ".join(
@@ -209,3 +212,26 @@ def test_a_client_that_leaves_an_encoded_event_stream_leaves_the_node_up(node: S
             assert response.status_code == 200
             next(response.iter_bytes())
     assert httpx.get(node.url + "/health", timeout=10).json()["status"] == "ready"
+
+
+def test_pipecat_openai_service_speaks_an_answer_sentence_by_sentence(node: ServerProcess) -> None:
+    """Pipecat's OpenAITTSService, as an agent runs it: one request per sentence of the answer, raw PCM, which it
+    takes to be at 24 kHz (no word timings: OpenAI's API has none)."""
+    from pipecat.services.openai.tts import OpenAITTSService
+
+    answer = "The quick brown fox jumps over the lazy dog. It was a sunny day, and everyone was happy."
+    logged = len(node.log())
+
+    async def run() -> tuple[np.ndarray, list[TimedWord]]:
+        service = OpenAITTSService(
+            api_key="sk-good",
+            base_url=node.url + "/v1",
+            settings=OpenAITTSService.Settings(voice="alloy"),
+            stop_frame_timeout_s=PIPECAT_PATIENCE_S,
+        )
+        return await pipecat_speak(service, answer, 24_000)
+
+    samples, _ = asyncio.run(run())
+    assert 4.0 < samples.size / 24_000 < 9.0 and speech(samples)
+    assert samples.size / 24_000 == pytest.approx(pcm_seconds(node, answer), abs=0.5)
+    assert node.log()[logged:].count("v1/audio/speech outcome=ok") == 2  # one request per sentence

@@ -18,6 +18,7 @@ from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
 from tests.support.apps import InProcessApp
+from web.elevenlabs_protocol import GenerationConfig
 
 KEY = {"xi-api-key": "sk-el"}
 BASE = "/elevenlabs/v1"
@@ -258,3 +259,73 @@ def test_too_many_contexts_are_refused(client: TestClient) -> None:
             refused = ws.receive_json()
         ws.send_json({"close_socket": True})
     assert refused["error"] == "too_many_contexts" and refused["contextId"] == "c5"
+
+
+RUN_ON = "we keep talking on and on without a single mark to cut at until the very end"
+"""Longer than a 50-character schedule, shorter than the first phrase the node's own caps wait for (120)."""
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[InProcessApp]:
+    """A node that never speaks a partial phrase for its producer's pause (only the segmenter or a flush cuts
+    phrases): a request whose text is left unspoken ends after 30 s with `live_idle_timeout` instead."""
+    with InProcessApp(
+        tmp_path_factory.mktemp("patient"), POLYTTS_LIVE_FLUSH_MS="60000", POLYTTS_LIVE_IDLE_TIMEOUT_S="30"
+    ) as running:
+        yield running
+
+
+def test_a_small_chunk_length_schedule_starts_the_audio_after_fewer_characters(patient: InProcessApp) -> None:
+    # ElevenLabs' default schedule asks what the node does anyway: a first phrase of 60, cut at 120 at the most.
+    assert GenerationConfig(chunk_length_schedule=[120, 160, 250, 290]).phrase_chars() == (60, 290)
+    with patient.client.websocket_connect(f"{SAY}/multi-stream-input?output_format=pcm_16000") as ws:
+        ws.send_json({"text": " ", "context_id": "small", "generation_config": {"chunk_length_schedule": [50]}})
+        ws.send_json({"text": " ", "context_id": "plain"})
+        for word in RUN_ON.split():  # as a language model writes it, and nothing flushed
+            ws.send_json({"text": word + " ", "context_id": "small"})
+            ws.send_json({"text": word + " ", "context_id": "plain"})
+        early = [ws.receive_json()]
+        while not early[-1].get("alignment"):
+            early.append(ws.receive_json())
+        for context in ("small", "plain"):
+            ws.send_json({"context_id": context, "flush": True})
+            ws.send_json({"context_id": context, "close_context": True})
+        rest = until_final(ws, 2)
+        ws.send_json({"text": " ", "context_id": "bad", "generation_config": {"chunk_length_schedule": [5]}})
+        refused = ws.receive_json()
+        ws.send_json({"close_socket": True})
+    assert {message["contextId"] for message in early} == {"small"} and audio_of(early, "small")
+    first_phrase = "".join(early[-1]["alignment"]["chars"])
+    assert 0 < len(first_phrase) <= 50 and RUN_ON.startswith(first_phrase)
+    plain = next(
+        message["alignment"] for message in rest if message.get("alignment") and message["contextId"] == "plain"
+    )
+    assert "".join(plain["chars"]) == RUN_ON + " "  # one phrase: the node's own caps waited for the flush
+    assert refused["error"] == "invalid_input" and "chunk_length_schedule" in refused["message"]
+    assert refused["contextId"] == "bad"
+
+
+def test_auto_mode_speaks_each_message_as_its_own_phrase(patient: InProcessApp) -> None:
+    """Pipecat's sentences come without a trailing space and without a flush until the turn ends, LiveKit's each
+    with a flush and then an empty flush: each is spoken at once, and no word runs into the next message's first; a
+    close before the flush that ends the text is still a barge-in."""
+    url = f"{SAY}/multi-stream-input?output_format=pcm_16000&auto_mode=true"
+    with patient.client.websocket_connect(url) as ws:
+        ws.send_json({"text": " ", "context_id": "turn"})
+        ws.send_json({"text": "The first sentence ends here.", "context_id": "turn"})
+        heard = [ws.receive_json()]
+        while not heard[-1].get("alignment"):  # spoken with nothing after it: not held for the next message
+            heard.append(ws.receive_json())
+        ws.send_json({"text": "And the second follows it.", "context_id": "turn"})
+        ws.send_json({"context_id": "turn", "flush": True})
+        ws.send_json({"context_id": "turn", "close_context": True})
+        heard += until_final(ws)
+        cancelled = patient.log().count("multi-stream-input outcome=cancelled")
+        cut = {"text": "This answer is interrupted before it is spoken at all. ", "context_id": "cut", "flush": True}
+        ws.send_json(cut)  # as LiveKit sends each sentence
+        ws.send_json({"context_id": "cut", "close_context": True})
+        until_final(ws)
+        ws.send_json({"close_socket": True})
+    chars = "".join(c for m in heard if m.get("alignment") and not m.get("error") for c in m["alignment"]["chars"])
+    assert chars == "The first sentence ends here. And the second follows it. "
+    assert patient.log().count("multi-stream-input outcome=cancelled") == cancelled + 1

@@ -61,6 +61,7 @@ def test_every_error_status_is_documented_with_the_service_error_body(schema: di
         # /ready's 503 is its answer, not an error: the node's state.
         body = "OpenAIErrorBody" if path.startswith("/v1/") else "ReadyState" if path == "/ready" else "ErrorBody"
         body = "ElevenLabsErrorBody" if path.startswith("/elevenlabs/") else body
+        body = "CartesiaErrorBody" if path.startswith("/cartesia/") else body
         for status, entry in operation["responses"].items():
             if int(status) < 400:
                 continue
@@ -198,6 +199,8 @@ def test_an_unknown_method_is_a_405_that_names_the_allowed_ones(client: TestClie
             body = response.json()
             if template.startswith("/elevenlabs/"):
                 code = body["detail"]["status"]
+            elif template.startswith("/cartesia/"):
+                code = body["error_code"]
             else:
                 code = body["error"]["code"] if template.startswith("/v1/") else body["code"]
             assert code == "method_not_allowed"

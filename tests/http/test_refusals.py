@@ -167,3 +167,21 @@ def test_a_handshake_no_route_takes_is_logged_and_counted(keyless: InProcessApp)
     lines = keyless.log()[logged:].splitlines()
     assert len(lines) == 1 and re.search(rf" WEBSOCKET /tts/websocket 403 [0-9.]+s id={REQUEST_ID}$", lines[0]), lines
     assert http_requests_total(keyless.client, "(none)", 403) == before + 1
+
+
+@pytest.mark.parametrize("body", [b'{"text": "hi", "timestamps": true}', b'{"text": "hi", "format": "vtt"}'])
+def test_timestamps_asked_of_a_stream_are_logged_and_counted(keyless: InProcessApp, body: bytes) -> None:
+    """`timestamps_unsupported` is decided by `/tts/stream` before the lifecycle runs: still its line and its count."""
+    before = requests_total(keyless.client, "tts/stream", "timestamps_unsupported")
+    answer = refused_once(keyless, "POST", "/tts/stream", {"Content-Type": "application/json"}, body)
+    assert answer == "422 tts/stream outcome=timestamps_unsupported status=422 client=testclient"
+    assert requests_total(keyless.client, "tts/stream", "timestamps_unsupported") == before + 1
+
+
+@pytest.mark.parametrize("path", ["/tts", "/elevenlabs/v1/text-to-speech/af_heart", "/v1/audio/speech"])
+def test_a_401_names_every_way_a_key_is_given(keyed: InProcessApp, path: str) -> None:
+    answer = keyed.client.post(path, content=BODIES.get(path, b'{"text": "hi"}'), headers={"xi-api-key": "wrong"})
+    assert answer.status_code == 401
+    message = json.dumps(answer.json())  # each front's own error shape
+    for way in ("Authorization: Bearer <key>", "xi-api-key: <key>", "X-API-Key: <key>", "`api_key` query parameter"):
+        assert way in message, message

@@ -83,3 +83,19 @@ def test_audio_models_lists_the_speech_models_as_open_webui_reads_them(client: T
     ids = [model["id"] for model in listed["models"]]
     assert ids[:2] == ["tts-1", "tts-1-hd"] and "kokoro" in ids
     assert listed["models"] == listed["data"]
+
+
+def test_an_unexpected_error_still_answers_with_the_id(app: InProcessApp, client: TestClient) -> None:
+    """Starlette answers an unexpected error (a bug) from outside every middleware: the 500 carries the id too, and
+    so does its access line."""
+
+    async def broken() -> None:
+        raise RuntimeError("a bug in a route")
+
+    client.app.add_api_route("/broken-for-the-test", broken)  # type: ignore[attr-defined]
+    logged = len(app.log())
+    status, given = answer_id(client, "GET", "/broken-for-the-test", headers={"X-Request-Id": "trace-bug-5"})
+    assert (status, given) == (500, "trace-bug-5")
+    assert re.search(r" GET /broken-for-the-test 500 [0-9.]+s id=trace-bug-5$", app.log()[logged:], re.MULTILINE)
+    status, generated = answer_id(client, "GET", "/broken-for-the-test")
+    assert status == 500 and GENERATED.match(generated)

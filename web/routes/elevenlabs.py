@@ -51,7 +51,7 @@ OutputFormat = Annotated[
     ),
 ]
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
-_AUDIO_TYPES = ("audio/mpeg", "application/octet-stream", "audio/basic", "audio/ogg")
+_AUDIO_TYPES = ("audio/mpeg", "audio/pcm", "audio/basic", "audio/ogg")
 _ERRORS = api_docs.errors(404, 413, 422, 429, 503, elevenlabs=True)
 _AUDIO: dict[int | str, dict[str, Any]] = {
     200: {

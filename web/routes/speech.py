@@ -70,9 +70,11 @@ async def tts(body: TTSRequest, service: ServiceDep, ctx: SpeechContext) -> Resp
 async def tts_stream(body: TTSRequest, service: ServiceDep, ctx: StreamContext) -> StreamingResponse:
     fmt = body.format or "pcm"
     if fmt not in AUDIO_FORMATS or body.timestamps:
-        raise InvalidInput(
+        refused = InvalidInput(
             "word timings come with POST /tts or the live WebSocket, not a raw stream", code="timestamps_unsupported"
         )
+        service.synthesis.rejected(ctx.route, refused, ctx.client)  # before the lifecycle: logged and counted so
+        raise refused
     speech = await service.synthesis.speak(body, ctx)
     return StreamingResponse(
         cut_on_failure(speech.encoded(fmt)), media_type=MEDIA_TYPES[fmt], headers=speech.headers(fmt)

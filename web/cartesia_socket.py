@@ -1,0 +1,243 @@
+"""Cartesia's WebSocket `.../tts/websocket` on the live lifecycle: several contexts per socket, each its own live
+request (its own job in the fair queue, its own log line and count), through `web.live_transport.open_session`.
+
+A message names its context. Its `transcript` goes into that context's live request as it comes; `continue: false`
+(the default) ends the context's text: the rest is spoken, then `done`. `flush: true` speaks what is pending and,
+once that audio is out, is answered by `flush_done` with its `flush_id` (the chunks before it carry the same id).
+`cancel: true` stops the context's work at once, and nothing more of it is sent (a barge-in). Audio comes as `chunk`
+events (base64, in the context's `output_format`), word timings as `timestamps` events after their audio where
+`add_timestamps` asked for them. A socket with no context open that sends nothing for SOCKET_IDLE_S is closed, as
+Cartesia closes one after five minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from audio.output import Output
+from audio.word_timings import Words
+from errors import InvalidInput, ServiceError, invalid_fields
+from lifecycle.service import Service
+from text.chunking import is_speakable
+from text.live_text import LiveText
+from web.cartesia_protocol import SocketMessage, StepClock, event_error, resolve_model, word_timestamps
+from web.dependencies import connection_context
+from web.http_errors import SPEECH_ROUTE, deny_websocket
+from web.live_transport import open_session, parse_object
+from web.socket_contexts import SocketContext, SocketContexts
+
+SOCKET_IDLE_S = 300.0
+"""How long a socket with no context open may send nothing."""
+_OK = {"status_code": 200}
+
+
+@dataclasses.dataclass
+class _Flushes:
+    """How far a context has got: the last character of its text, chunks spoken, and flushes answered."""
+
+    tail: str = ""
+    spoken: int = 0
+    answered: int = 0
+
+
+_SENTENCE_ENDS = frozenset(".!?")
+
+
+def joined(tail: str, transcript: str) -> str:
+    """A transcript as it continues a context's text. Cartesia joins transcripts verbatim, but Pipecat sends an
+    agent's sentences without the space between them: a sentence's end right before a capital gets its space, or
+    "dog.It" would be one word and the two sentences one phrase (a language model's tokens "3", ".", "5" keep
+    theirs)."""
+    if tail in _SENTENCE_ENDS and transcript[:1].isupper():
+        return " " + transcript
+    return transcript
+
+
+class CartesiaSocket:
+    """One accepted socket: reads the client's messages, opens, feeds and cancels its contexts, sends their audio."""
+
+    def __init__(self, websocket: WebSocket, service: Service) -> None:
+        self.websocket = websocket
+        self.service = service
+        self.contexts: SocketContexts[SocketMessage] = SocketContexts()
+        self.flushes: dict[str | None, _Flushes] = {}
+        self._send_lock = asyncio.Lock()
+        self._gone = False
+        route = websocket.scope.get("state", {}).get(SPEECH_ROUTE) or websocket.scope["path"].strip("/")
+        self.request = connection_context(websocket, route, streaming=True)
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        if self._gone:
+            return
+        async with self._send_lock:
+            try:
+                await self.websocket.send_text(json.dumps(payload, separators=(",", ":")))
+            except (WebSocketDisconnect, RuntimeError):  # the client went away; RuntimeError: a send after it
+                self._gone = True
+
+    async def run(self) -> None:
+        receiver: asyncio.Task[dict[str, Any] | None] | None = None
+        try:
+            while True:
+                receiver = receiver or asyncio.ensure_future(self._receive())
+                idle = None if self.contexts.open else SOCKET_IDLE_S
+                done, _ = await asyncio.wait({receiver}, timeout=idle)
+                if not done:
+                    break
+                try:
+                    raw = receiver.result()
+                except ServiceError as exc:  # not a JSON object: said, and the socket serves on
+                    await self.send(event_error(exc, None))
+                    continue
+                finally:
+                    receiver = None
+                if raw is None:  # the client closed the socket: nobody is left to hear its contexts
+                    self._gone = True
+                    break
+                await self._handle(raw)
+        finally:
+            if receiver is not None:
+                receiver.cancel()
+            await self.contexts.cancel_all()
+            if not self._gone:
+                with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                    await self.websocket.close(1000)
+
+    async def _receive(self) -> dict[str, Any] | None:
+        received = await self.websocket.receive()
+        if received["type"] == "websocket.disconnect":
+            return None
+        return parse_object(received.get("text") or received.get("bytes") or b"")
+
+    async def _handle(self, raw: dict[str, Any]) -> None:
+        named = raw.get("context_id")
+        context_id = named if isinstance(named, str) else None
+        try:
+            message = SocketMessage.model_validate(raw)
+            if message.context_id is None:
+                raise InvalidInput("every message names its context_id", code="invalid_message")
+            context = self.contexts.get(message.context_id)
+            if message.cancel:
+                if context is not None:
+                    self.contexts.cancel(context)
+                return
+            if context is None:
+                context = self._open(message)
+                if context is None:
+                    return
+        except ValidationError as exc:
+            await self.send(event_error(invalid_fields(exc.errors(), "message: "), context_id))
+            return
+        except ServiceError as exc:
+            await self.send(event_error(exc, context_id))
+            return
+        if context.ended:
+            ended = InvalidInput(f"context {context.id!r} has ended (continue: false)", code="context_closed")
+            await self.send(event_error(ended, context.id))
+            return
+        progress = self.flushes[context.id]
+        transcript = joined(progress.tail, message.transcript)
+        progress.tail = (progress.tail + transcript)[-1:]
+        said = context.unflushed or is_speakable(transcript)
+        context.put(transcript, message.flush)
+        if message.flush and not said and progress.answered == context.flushes - 1:
+            # Nothing was said since the last flush, whose audio is out: this one is done already.
+            await self._answer_flush(context, progress)
+        if not message.continue_:
+            context.end()
+
+    def _open(self, message: SocketMessage) -> SocketContext[SocketMessage] | None:
+        """Start a context from its first message, once its voice, format and model are known to be answered; an
+        ending message with nothing to say opens none (`done` at once)."""
+        if message.voice is None or message.output_format is None:
+            raise InvalidInput("a context's first message names its voice and output_format", code="invalid_message")
+        message.voice_id()
+        message.output_format.output(("raw",))
+        resolve_model(message.model_id, self.service.pool.engines)
+        if not message.transcript.strip() and not message.continue_:
+            assert message.context_id is not None
+            self.contexts.closed.add(message.context_id)
+            asyncio.ensure_future(self.send({"type": "done", "context_id": message.context_id, "done": True, **_OK}))
+            return None
+        context = self.contexts.start(message.context_id, message, self._serve)
+        self.flushes[context.id] = _Flushes()
+        return context
+
+    async def _serve(self, context: SocketContext[SocketMessage]) -> None:
+        """The context's live request: its audio as `chunk` events, its words as `timestamps`, then `done`."""
+        first = context.first
+        assert first.output_format is not None
+        audio: Output = first.output_format.output(("raw",))
+        query = {"voice_id": first.voice_id()}
+        if language := first.spoken_language():
+            query["language"] = language
+        if (rate := first.speaking_rate()) is not None:
+            query["speed"] = str(rate)
+        request = dataclasses.replace(self.request, engine=resolve_model(first.model_id, self.service.pool.engines))
+        progress = self.flushes[context.id]
+        clock = StepClock()
+        session = None
+        try:
+            timed = True if first.add_timestamps else None
+            session = await open_session(self.service.synthesis, request, query, context.messages(), timed=timed)
+            async with contextlib.aclosing(session.speech.encoded_events(audio)) as events:
+                async for item in events:
+                    if isinstance(item, Words):
+                        progress.spoken += 1
+                        if item.words and first.add_timestamps:
+                            await self.send(
+                                self._tagged(context, {"type": "timestamps", "done": False}, progress)
+                                | {"word_timestamps": word_timestamps(item.words)}
+                            )
+                        await self._answer_flushes(context, session.text, progress)
+                    elif item:
+                        chunk = {"type": "chunk", "done": False, "data": base64.b64encode(item).decode()}
+                        await self.send(self._tagged(context, chunk, progress) | {"step_time": clock.step_ms()})
+            while progress.answered < context.flushes:  # everything is spoken: every flush is done
+                await self._answer_flush(context, progress)
+            await self.send({"type": "done", "context_id": context.id, "done": True, **_OK})
+        except ServiceError as exc:
+            await self.send(event_error((session.failure if session else None) or exc, context.id))
+        finally:
+            if session is not None:
+                await session.close()
+            self.contexts.finished(context)
+            if self.flushes.get(context.id) is progress:
+                del self.flushes[context.id]
+
+    @staticmethod
+    def _tagged(context: SocketContext[SocketMessage], message: dict[str, Any], progress: _Flushes) -> dict[str, Any]:
+        return {**message, "context_id": context.id, "flush_id": progress.answered + 1, **_OK}
+
+    async def _answer_flushes(self, context: SocketContext[SocketMessage], text: LiveText, progress: _Flushes) -> None:
+        """Answer each flush whose phrases are all spoken now."""
+        marks = text.flush_marks
+        while progress.answered < len(marks) and marks[progress.answered] <= progress.spoken:
+            await self._answer_flush(context, progress)
+
+    async def _answer_flush(self, context: SocketContext[SocketMessage], progress: _Flushes) -> None:
+        progress.answered += 1
+        flush = {"type": "flush_done", "done": False, "flush_done": True, "flush_id": progress.answered}
+        await self.send({**flush, "context_id": context.id, **_OK})
+
+
+async def serve_socket(websocket: WebSocket, service: Service) -> None:
+    """Refuse the handshake with an HTTP error (Cartesia's error shape) when the node drains; otherwise accept it and
+    serve the socket (a context's own mistakes are `error` events of that context)."""
+    try:
+        service.synthesis.check_open()
+    except ServiceError as exc:
+        await deny_websocket(
+            exc, service.settings.retry_after_seconds, websocket.scope, websocket.receive, websocket.send
+        )
+        return
+    await websocket.accept()
+    await CartesiaSocket(websocket, service).run()

@@ -1,0 +1,122 @@
+"""The contexts of a WebSocket that carries several live requests at once (Cartesia's `tts/websocket`, ElevenLabs'
+`multi-stream-input`): each context's text on its way into its own live request (its own job in the fair queue, its
+own log line and count), the task that sends its audio back, and the bounds on what one socket may hold.
+
+A context's messages go into its live request as they come (web/live_transport.py `open_session` reads them from
+`SocketContext.messages`); ending a context lets what it was sent be spoken to the end, cancelling it stops its work
+at once (a barge-in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+from errors import InvalidInput, ServiceError
+from text.chunking import is_speakable
+
+MAX_CONTEXTS = 5
+"""Contexts open at once on one socket: a client that never closes its contexts is refused new ones rather than
+holding ever more live requests."""
+
+First = TypeVar("First")
+
+
+class TooManyContexts(ServiceError):
+    code = "too_many_contexts"
+
+
+class SocketContext(Generic[First]):
+    """One context: its first message (which fixes its voice and format), its text on the way into its live request,
+    and the task that serves it."""
+
+    def __init__(self, context_id: str | None, first: First) -> None:
+        self.id = context_id
+        self.first = first
+        self._inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.unflushed = False
+        """Speakable text has come since the last flush."""
+        self.flushes = 0
+        """Flushes asked so far."""
+        self.ended = False
+        """Its text is complete: what it was sent is being spoken to the end."""
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, text: str | None, flush: bool = False) -> None:
+        item: dict[str, Any] = {}
+        if text:
+            item["text"] = text
+            self.unflushed = self.unflushed or is_speakable(text)
+        if flush:
+            item["flush"] = True
+            self.unflushed = False
+            self.flushes += 1
+        if item and not self.ended:
+            self._inbox.put_nowait(item)
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self._inbox.put_nowait(None)
+
+    async def messages(self) -> AsyncIterator[dict[str, Any]]:
+        """Its messages as a live request reads them (`{"text"}`, `{"flush"}`), until it ends."""
+        while (item := await self._inbox.get()) is not None:
+            yield item
+
+
+class SocketContexts(Generic[First]):
+    """The contexts open on one socket, and the ids of those it has closed (an id is never reused on a socket)."""
+
+    def __init__(self, limit: int = MAX_CONTEXTS) -> None:
+        self.limit = limit
+        self.open: dict[str | None, SocketContext[First]] = {}
+        self.closed: set[str | None] = set()
+
+    def get(self, context_id: str | None) -> SocketContext[First] | None:
+        return self.open.get(context_id)
+
+    @property
+    def finishing(self) -> bool:
+        """Whether a context is speaking the end of its text (the socket is not idle then)."""
+        return any(context.ended for context in self.open.values())
+
+    def start(
+        self,
+        context_id: str | None,
+        first: First,
+        serve: Callable[[SocketContext[First]], Coroutine[Any, Any, None]],
+    ) -> SocketContext[First]:
+        """Open a context and start serving it; a closed id or one context too many is refused."""
+        if context_id in self.closed:
+            raise InvalidInput(f"context {context_id!r} is closed; open another id", code="context_closed")
+        if len(self.open) >= self.limit:
+            raise TooManyContexts(f"at most {self.limit} contexts are open at once; close one first")
+        context = self.open[context_id] = SocketContext(context_id, first)
+        context.task = asyncio.create_task(serve(context))
+        return context
+
+    def finished(self, context: SocketContext[First]) -> None:
+        if self.open.get(context.id) is context:
+            del self.open[context.id]
+        self.closed.add(context.id)
+
+    def cancel(self, context: SocketContext[First]) -> None:
+        """Stop a context's work now (nothing more of it is spoken); its place is free at once."""
+        self.finished(context)
+        if context.task is not None:
+            context.task.cancel()
+        context.end()
+
+    async def wait_ended(self) -> None:
+        """Let the contexts whose text is complete finish speaking."""
+        tasks = [context.task for context in self.open.values() if context.ended and context.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def cancel_all(self) -> None:
+        tasks = [context.task for context in self.open.values() if context.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
