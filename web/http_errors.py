@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
@@ -93,6 +93,11 @@ def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResp
     else:
         body = exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers())
+
+
+async def websocket_only() -> Response:
+    """The GET of a WebSocket route asked without a handshake: 426 (the router answers other methods 405)."""
+    raise StarletteHTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
 
 
 async def cut_on_failure(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

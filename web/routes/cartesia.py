@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, Response, WebSocket
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import StreamingResponse
 
 from audio.output import Output
@@ -31,7 +31,7 @@ from web.cartesia_protocol import (
 )
 from web.cartesia_socket import serve_socket
 from web.dependencies import ServiceDep, SpeechRoute, connection_context
-from web.http_errors import cut_on_failure
+from web.http_errors import cut_on_failure, websocket_only
 from web.protocol import TTSRequest
 
 router = APIRouter(prefix=PREFIX + "/tts", tags=["cartesia"], route_class=SpeechRoute)
@@ -122,12 +122,7 @@ async def tts_sse(request: Request, body: GenerationRequest, service: ServiceDep
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
-async def _over_http() -> Response:
-    """The WebSocket route asked without a handshake: 426."""
-    raise HTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
-
-
-router.add_api_route("/websocket", _over_http, methods=["GET"], include_in_schema=False)
+router.add_api_route("/websocket", websocket_only, methods=["GET"], include_in_schema=False)
 
 
 @router.websocket("/websocket")

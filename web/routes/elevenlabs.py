@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response, WebSocket
+from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from audio.output import Output
@@ -37,7 +37,7 @@ from web.elevenlabs_protocol import (
     voices_list,
 )
 from web.elevenlabs_socket import serve_socket
-from web.http_errors import cut_on_failure
+from web.http_errors import cut_on_failure, websocket_only
 from web.protocol import TTSRequest
 
 router = APIRouter(prefix=PREFIX + "/v1", tags=["elevenlabs"], route_class=SpeechRoute)
@@ -199,13 +199,8 @@ async def models(service: ServiceDep) -> list[dict[str, Any]]:
 _SOCKETS = ("/text-to-speech/{voice_id}/stream-input", "/text-to-speech/{voice_id}/multi-stream-input")
 
 
-async def _over_http() -> Response:
-    """A WebSocket route asked without a handshake: 426."""
-    raise HTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
-
-
 for _path in _SOCKETS:
-    router.add_api_route(_path, _over_http, methods=["GET"], include_in_schema=False)
+    router.add_api_route(_path, websocket_only, methods=["GET"], include_in_schema=False)
 
 
 @router.websocket("/text-to-speech/{voice_id}/stream-input")

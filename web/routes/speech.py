@@ -8,7 +8,7 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, WebSocket
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -19,7 +19,7 @@ from text.languages import LANGUAGES
 from web import api_docs
 from web.auth import LIVE_SUBPROTOCOL
 from web.dependencies import ServiceDep, SpeechContext, SpeechRoute, StreamContext, connection_context
-from web.http_errors import cut_on_failure, deny_websocket
+from web.http_errors import cut_on_failure, deny_websocket, websocket_only
 from web.live_transport import json_objects, open_session, serve_websocket
 from web.protocol import EngineCatalog, LiveMessage, LiveOptions, TimedSpeech, TTSRequest
 
@@ -139,10 +139,7 @@ async def tts_live(request: Request, service: ServiceDep) -> Response:
     )
 
 
-@router.get("/tts/live/ws", include_in_schema=False)
-async def tts_live_ws_over_http() -> Response:
-    """The WebSocket route asked without a handshake: 426 for a GET, and (the router's) 405 for other methods."""
-    raise HTTPException(426, "this route takes a WebSocket handshake", headers={"Upgrade": "websocket"})
+router.add_api_route("/tts/live/ws", websocket_only, methods=["GET"], include_in_schema=False)
 
 
 @router.websocket("/tts/live/ws")
