@@ -232,6 +232,24 @@ async def test_a_script_the_language_cannot_read_is_skipped_not_spelled(service:
     assert chinese.text == "你好，世界。"
 
 
+async def test_a_live_request_may_cut_its_phrases_shorter_than_the_engine(service: Service) -> None:
+    """A client's own phrase caps (an ElevenLabs chunk schedule): an unpunctuated run is cut within the first cap's
+    hard limit, where the engine's caps still wait for more of it."""
+    synthesis = service.synthesis
+    plan = await synthesis.plan_voice(TTSRequest(text="", voice_id="af_heart"))
+    run_on = "we keep talking on and on without a single mark to cut at "
+    own, engines = synthesis.live_text(plan, lambda: None, (25, 50)), synthesis.live_text(plan, lambda: None)
+    for text in (own, engines):
+        text.add(run_on)
+    taken = own.take()
+    assert taken is not None and len(taken[0].text) <= 25 and run_on.startswith(taken[0].text)
+    assert not engines.ready()  # 58 characters may still be one first phrase of the engine's
+    wide = synthesis.live_text(plan, lambda: None, (1000, 1000))  # never above the engine's caps
+    wide.add(run_on * 4)
+    taken = wide.take()
+    assert taken is not None and len(taken[0].text) <= service.settings.chunk_chars
+
+
 async def test_a_live_request_counts_and_cuts_its_phrases_as_spoken(service: Service) -> None:
     synthesis = service.synthesis
     plan = await synthesis.plan_voice(TTSRequest(text="", voice_id="af_heart"))
