@@ -126,21 +126,28 @@ class Transcript:
 
 
 class Transcriber:
-    """Whisper base on the CPU (int8), English, with word timestamps."""
+    """Whisper base on the CPU (int8), with word timestamps; English unless told another language."""
 
     def __init__(self, model_dir: Path | None = None, threads: int = 0) -> None:
         from faster_whisper import WhisperModel
 
         self.model = WhisperModel(str(model_dir or assemble()), device="cpu", compute_type="int8", cpu_threads=threads)
 
-    def transcribe(self, audio: bytes | np.ndarray) -> Transcript:
-        """Audio as encoded bytes (WAV, MP3, ...: decoded and resampled) or float32 samples at 16 kHz."""
+    def transcribe(self, audio: bytes | np.ndarray, language: str = "en", prompt: str | None = None) -> Transcript:
+        """Audio as encoded bytes (WAV, MP3, ...: decoded and resampled) or float32 samples at 16 kHz, heard as
+        `language` (Whisper's code: en, es, fr, hi, it, pt, ja, zh); `prompt`, text Whisper takes as what came
+        before (it writes in the prompt's script: Devanagari rather than Urdu for Hindi, simplified Chinese)."""
         if isinstance(audio, bytes):
             from faster_whisper import decode_audio
 
             audio = decode_audio(io.BytesIO(audio), sampling_rate=SAMPLE_RATE)
         segments, _ = self.model.transcribe(
-            audio, language="en", beam_size=5, word_timestamps=True, condition_on_previous_text=False
+            audio,
+            language=language,
+            beam_size=5,
+            word_timestamps=True,
+            condition_on_previous_text=False,
+            initial_prompt=prompt,
         )
         words: list[Word] = []
         text = ""
@@ -185,6 +192,11 @@ def _align(reference: Sequence[str], hypothesis: Sequence[str]) -> tuple[int, li
         else:
             j -= 1
     return int(cost[-1, -1]), matches[::-1]
+
+
+def edit_distance(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
+    """Levenshtein distance between two sequences: of words, or of characters (character error rates)."""
+    return _align(reference, hypothesis)[0]
 
 
 @dataclass(frozen=True)

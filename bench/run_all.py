@@ -36,6 +36,7 @@ BENCHMARKS = (
     "fronts",
     "intelligibility",
     "timings",
+    "languages",
     "abuse",
 )
 """The benchmarks, in the order they run: each is the module `bench.<name>`."""

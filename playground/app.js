@@ -1,13 +1,13 @@
 // The PolyTTS playground: pick or blend a voice, speak as the audio streams, add and delete voices, watch /health.
 // Speaking lives in speak.js, voices in voices.js; this module shows the server's status, asks for an API key,
 // and starts the page. `window.polytts.state` exposes what the page did (samples received and scheduled, timings,
-// last error) for tests.
+// the word highlighted, last error) for tests, and `window.polytts.player` its audio context.
 
 import { apiKey, errorFrom, onKeyNeeded, setApiKey, url } from "./api.js";
 import { parseBlend } from "./blend.js";
 import { detectFeatures } from "./features.js";
 import { $, describe, recordError, say, state } from "./page.js";
-import { initSpeaking, renderLanguages, renderTransports, speak, stop, updateTextCount } from "./speak.js";
+import { initSpeaking, player, renderLanguages, renderTransports, speak, stop, updateTextCount } from "./speak.js";
 import { initVoices, loadVoices, renderCloneEngines } from "./voices.js";
 
 const HEALTH_PERIOD_MS = 2000;
@@ -140,5 +140,5 @@ async function start() {
   await loadVoices();
 }
 
-window.polytts = { state, parseBlend, speak, stop };
+window.polytts = { state, parseBlend, player, speak, stop };
 start();

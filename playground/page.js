@@ -27,7 +27,12 @@ export const state = {
   totalMs: null,
   audioSeconds: null,
   rtf: null,
-  words: [],
+  words: [], // the utterance's timed words, {word, start, end} in seconds of its audio
+  highlighted: -1, // the index of the word being spoken, -1 when none is
+  position: 0, // seconds into the utterance of what is heard, by the audio clock
+  level: 0, // the level meter, 0 to 1, and its highest value during this utterance
+  levelPeak: 0,
+  preview: null, // the last voice preview: {voiceId, phase: requesting | playing | ended | error, cache}
   blendError: null,
   lastError: null,
   spoken: 0,

@@ -1,5 +1,5 @@
 // The engine's parameters as a form, built from the JSON schema the server publishes for it in GET /engines:
-// a bounded number is a slider over the server's own range, an enum a select, a boolean a checkbox.
+// a bounded number is a slider over the server's own range, an enum a select, a boolean a checkbox, text a line.
 
 import { $, say, state } from "./page.js";
 
@@ -33,6 +33,11 @@ function paramField(name, schema) {
     input = document.createElement("input");
     input.type = "checkbox";
     input.checked = Boolean(schema.default);
+  } else if (type === "string") {
+    input = document.createElement("input");
+    input.type = "text";
+    if (schema.maxLength !== undefined) input.maxLength = schema.maxLength;
+    input.value = schema.default ?? "";
   } else {
     input = document.createElement("input");
     const bounded = schema.minimum !== undefined && schema.maximum !== undefined;
@@ -75,7 +80,8 @@ export function paramValues() {
   const values = {};
   for (const input of $("params-fields").querySelectorAll("[data-param]")) {
     const kind = input.dataset.kind;
-    const value = kind === "boolean" ? input.checked : kind === "enum" ? input.value : Number(input.value);
+    const value =
+      kind === "boolean" ? input.checked : kind === "enum" || kind === "string" ? input.value : Number(input.value);
     if (input.dataset.default === undefined || String(value) !== input.dataset.default) values[input.dataset.param] = value;
   }
   return values;

@@ -1,15 +1,16 @@
 // Speaking: the request built from the form, its audio played as it streams (POST /tts/stream or the live
-// WebSocket), what it measured, and the result to replay or download (WAV from the samples, or encoded by the
-// server).
+// WebSocket) or once whole with its word timings (POST /tts with `timestamps`), the words read along as they are
+// spoken, what it measured, and the result to replay or download (WAV from the samples, or encoded by the server).
 
 import { ApiError, apiKey, errorFrom, postJson, url } from "./api.js";
 import { $, describe, recordError, say, state } from "./page.js";
 import { paramValues } from "./params.js";
 import { PcmAssembler, StreamPlayer } from "./player.js";
+import { addWords, follow, halt, resetReadAlong } from "./playing.js";
 import { checkBlend, currentEngine } from "./voices.js";
 import { wavBlob } from "./wav.js";
 
-const player = new StreamPlayer(onPlayerEvent);
+export const player = new StreamPlayer(onPlayerEvent);
 let speaking = null; // AbortController of the utterance under way
 let resultUrl = null;
 
@@ -32,11 +33,25 @@ export function renderLanguages() {
   select.value = current;
 }
 
+const TRANSPORT_HINTS = {
+  ws: "/tts/live/ws: plays as it is made, the words read along (Kokoro voices).",
+  timed: "POST /tts with timestamps: the whole file first, then it plays with the words read along (Kokoro voices).",
+  http: "POST /tts/stream: plays as it is made, without word timings.",
+};
+
+// The live WebSocket when the server offers it (it streams and reads along), else the HTTP stream.
 export function renderTransports() {
   const live = Object.values(state.features.engines).some((engine) => engine.live);
-  const option = $("transport").querySelector("option[value=ws]");
-  option.disabled = !live;
-  say($("transport-hint"), live ? "" : "The live WebSocket is not offered by this server.");
+  const select = $("transport");
+  select.querySelector("option[value=ws]").disabled = !live;
+  select.value = live ? "ws" : "http";
+  showTransportHint();
+}
+
+function showTransportHint() {
+  const live = !$("transport").querySelector("option[value=ws]").disabled;
+  const unoffered = live ? "" : " The live WebSocket is not offered by this server.";
+  say($("transport-hint"), `${TRANSPORT_HINTS[$("transport").value]}${unoffered}`);
 }
 
 function buildRequest() {
@@ -65,8 +80,9 @@ function resetUtterance(body, transport) {
   Object.assign(state, {
     phase: "requesting", transport, request: body, engine: currentEngine(), voiceId: body.voice_id ?? null,
     sampleRate: null, cache: null, bytesReceived: 0, samplesReceived: 0, samplesScheduled: 0, samplesPlayed: 0,
-    underruns: 0, playback: "idle", ttfaMs: null, totalMs: null, audioSeconds: null, rtf: null, words: [],
+    underruns: 0, playback: "idle", ttfaMs: null, totalMs: null, audioSeconds: null, rtf: null,
   });
+  resetReadAlong();
 }
 
 // --- streaming -----------------------------------------------------------------------------------------------------
@@ -94,6 +110,7 @@ export async function speak() {
       say($("speak-status"), "Playing as it streams…");
       await player.open(sampleRate);
       state.audioContext = player.contextState;
+      follow(player);
     }
     state.bytesReceived += bytes.length;
     const samples = assembler.push(bytes);
@@ -104,7 +121,7 @@ export async function speak() {
     state.playback = "playing";
   };
   try {
-    const stream = transport === "ws" ? streamLive : streamHttp;
+    const stream = { http: streamHttp, timed: streamTimed, ws: streamLive }[transport];
     state.cache = (await stream(body, receive, speaking.signal)) ?? null;
     player.end();
     state.totalMs = performance.now() - started;
@@ -115,6 +132,8 @@ export async function speak() {
     showResult(chunks);
   } catch (error) {
     player.clear();
+    halt();
+    state.playback = "idle";
     if (speaking.signal.aborted) {
       state.phase = "stopped";
       say($("speak-status"), "Stopped.");
@@ -145,14 +164,25 @@ async function streamHttp(body, receive, signal) {
   return response.headers.get("X-Cache");
 }
 
+// POST /tts with `timestamps`: the whole audio (raw s16le, base64, in JSON) and when each word is spoken.
+async function streamTimed(body, receive, signal) {
+  const response = await postJson("tts", { ...body, timestamps: true, format: "pcm" }, { signal });
+  if (!response.ok) throw await errorFrom(response);
+  const timed = await response.json();
+  addWords(timed.words);
+  await receive(Uint8Array.from(atob(timed.audio), (ch) => ch.charCodeAt(0)), timed.sample_rate);
+  if (state.samplesReceived === 0) throw new ApiError(response.status, "no_audio", "the server sent no audio");
+  return response.headers.get("X-Cache");
+}
+
 function base64url(text) {
   const bytes = new TextEncoder().encode(text);
   return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
 // The live WebSocket: request options in the query, the text and then the end of the text as JSON, audio back as
-// binary s16le frames and JSON events (start, words, done, error). A browser cannot set Authorization on a WebSocket, so the key goes
-// as a subprotocol `bearer.<base64url(key)>` next to `polytts`.
+// binary s16le frames and JSON events (start, words after each phrase's audio, done, error). A browser cannot set
+// Authorization on a WebSocket, so the key goes as a subprotocol `bearer.<base64url(key)>` next to `polytts`.
 function streamLive(body, receive, signal) {
   const { text, ...options } = body;
   const address = url(`tts/live/ws?${new URLSearchParams(Object.entries(options).map(([k, v]) => [k, String(v)]))}`);
@@ -184,10 +214,7 @@ function streamLive(body, receive, signal) {
       const event = JSON.parse(data);
       if (event.sample_rate) sampleRate = Number(event.sample_rate);
       if (event.type === "words") {
-        state.words.push(...(event.words || []).map((w) => (typeof w === "string" ? w : w.word)));
-        const words = $("words");
-        words.hidden = false;
-        say(words, state.words.join(" "));
+        pending = pending.then(() => addWords(event.words || [])); // in order with the audio frames before it
       } else if (event.type === "done") {
         finished = true;
         pending.then(() => {
@@ -214,17 +241,23 @@ function streamLive(body, receive, signal) {
 export function stop() {
   speaking?.abort();
   player.clear();
+  halt();
   state.playback = "idle";
+  updateStop();
+}
+
+// Stop stays offered while the audio already received plays out after its stream has ended.
+function updateStop() {
+  $("stop").disabled = !speaking && state.playback !== "playing";
 }
 
 function setSpeaking(on) {
   $("speak").disabled = on;
-  $("stop").disabled = !on;
-  $("progress").hidden = false;
+  updateStop();
+  $("playback").hidden = false;
   if (on) {
     $("metrics").hidden = true;
     $("downloads").hidden = true;
-    $("words").hidden = true;
     $("progress").value = 0;
   }
 }
@@ -232,7 +265,11 @@ function setSpeaking(on) {
 function onPlayerEvent(event) {
   state.samplesPlayed = event.played;
   state.underruns = event.underruns;
-  if (event.type === "drained") state.playback = "drained";
+  if (event.type === "drained") {
+    state.playback = "drained";
+    halt();
+    updateStop();
+  }
   const total = state.phase === "done" ? state.samplesReceived : Math.max(state.samplesReceived, 1);
   $("progress").value = Math.min(1, event.played / total);
   if (event.type === "drained" && state.phase === "done") say($("speak-status"), "Done.");
@@ -311,6 +348,7 @@ export function initSpeaking() {
   });
   $("text").addEventListener("input", updateTextCount);
   $("stop").addEventListener("click", stop);
+  $("transport").addEventListener("change", showTransportHint);
   $("download-encoded").addEventListener("click", downloadEncoded);
   updateTextCount();
 }

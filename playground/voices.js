@@ -1,11 +1,12 @@
-// Voices: the list to speak with (built-in and registered, grouped by language and engine), the Kokoro blend
-// formula checked as it is typed, deleting a registered voice, and adding one from a clip (a file or the
-// microphone) or a Kokoro voice pack.
+// Voices: the list to speak with (built-in and registered, grouped by language and engine, filtered by language
+// and gender, each previewed with one click), the Kokoro blend formula checked as it is typed, deleting a
+// registered voice, and adding one from a clip (a file or the microphone) or a Kokoro voice pack.
 
 import { errorFrom, getJson, request } from "./api.js";
 import { BlendError, parseBlend } from "./blend.js";
 import { $, describe, recordError, say, state } from "./page.js";
 import { renderParams } from "./params.js";
+import { preview } from "./preview.js";
 import { canRecord, startRecording } from "./recorder.js";
 
 const PREFERRED_VOICES = ["af_heart", "jf_alpha"];
@@ -24,6 +25,7 @@ export async function loadVoices(select = null) {
     say($("voice-hint"), `Could not list voices: ${describe(error)}`);
     return;
   }
+  renderFilters();
   renderVoices(select ?? $("voice").value);
 }
 
@@ -42,15 +44,35 @@ function truncate(text, n) {
   return text.length > n ? `${text.slice(0, n - 1)}…` : text;
 }
 
+// The filters offer the languages and genders the listed voices have, keeping the choice while it is still offered.
+function renderFilters() {
+  const fill = (select, values, label) => {
+    const current = select.value;
+    select.replaceChildren(select.options[0], ...values.map((value) => new Option(label(value), value)));
+    select.value = values.includes(current) ? current : "";
+  };
+  const distinct = (key) => [...new Set(state.voices.map((v) => v[key]).filter(Boolean))];
+  const languages = distinct("language").sort((a, b) => languageName(a).localeCompare(languageName(b)));
+  fill($("voice-language"), languages, languageName);
+  fill($("voice-gender"), distinct("gender").sort(), (gender) => gender[0].toUpperCase() + gender.slice(1));
+}
+
+function shown(voice) {
+  const language = $("voice-language").value;
+  const gender = $("voice-gender").value;
+  return (!language || voice.language === language) && (!gender || voice.gender === gender);
+}
+
 function renderVoices(selected) {
   const groups = new Map();
   const add = (label, voice) => {
     if (!groups.has(label)) groups.set(label, []);
     groups.get(label).push(voice);
   };
-  const builtins = state.voices.filter((v) => v.builtin).sort((a, b) => a.voice_id.localeCompare(b.voice_id));
+  const listed = state.voices.filter(shown);
+  const builtins = listed.filter((v) => v.builtin).sort((a, b) => a.voice_id.localeCompare(b.voice_id));
   for (const voice of builtins) add(`${languageName(voice.language) || "Other"} · built-in ${voice.engine}`, voice);
-  for (const voice of state.voices.filter((v) => !v.builtin)) add(`Registered · ${voice.engine}`, voice);
+  for (const voice of listed.filter((v) => !v.builtin)) add(`Registered · ${voice.engine}`, voice);
 
   const select = $("voice");
   select.replaceChildren(
@@ -67,9 +89,16 @@ function renderVoices(selected) {
       return group;
     }),
   );
-  const ids = new Set(state.voices.filter((v) => v.servable !== false).map((v) => v.voice_id));
+  if (!listed.length && state.voices.length) {
+    const none = new Option("No voice matches the filters", "");
+    none.disabled = true;
+    select.append(none);
+  }
+  const ids = new Set(listed.filter((v) => v.servable !== false).map((v) => v.voice_id));
   const fallback = PREFERRED_VOICES.find((id) => ids.has(id)) || builtins[0]?.voice_id || [...ids][0] || "";
   select.value = ids.has(selected) ? selected : fallback;
+  const total = state.voices.length;
+  say($("voice-count"), listed.length < total ? `${listed.length} of ${total} voices` : `${total} voices`);
   if (!state.voices.length) say($("voice-hint"), "No voices yet: the default engine may still be loading.");
   onVoiceChange();
 }
@@ -82,9 +111,13 @@ function onVoiceChange() {
   const voice = selectedVoice();
   $("delete-voice").disabled = !voice || voice.builtin;
   $("add-to-blend").disabled = !voice || voice.engine !== "kokoro";
+  $("preview-voice").disabled = !voice || voice.servable === false;
   if (voice) {
     const lang = voice.language ? ` Its language: ${languageName(voice.language)}.` : "";
-    say($("voice-hint"), `${voice.builtin ? "Built-in" : "Registered"} ${voice.engine} voice.${lang}`);
+    const gender = voice.gender ? `${voice.gender} ` : "";
+    say($("voice-hint"), `${voice.builtin ? "Built-in" : "Registered"} ${gender}${voice.engine} voice.${lang}`);
+  } else if (state.voices.length) {
+    say($("voice-hint"), "");
   }
   checkBlend();
   renderParams(currentEngine());
@@ -282,6 +315,13 @@ function registerPack(event) {
 
 export function initVoices() {
   $("voice").addEventListener("change", onVoiceChange);
+  for (const filter of [$("voice-language"), $("voice-gender")]) {
+    filter.addEventListener("change", () => renderVoices($("voice").value));
+  }
+  $("preview-voice").addEventListener("click", () => {
+    const voice = selectedVoice();
+    if (voice) preview(voice);
+  });
   $("blend").addEventListener("input", () => {
     checkBlend();
     renderParams(currentEngine());

@@ -22,7 +22,8 @@ class Language:
     g2p: str
     """Which grapheme-to-phoneme route speaks it: "espeak", "ja" or "zh"."""
     module: str = ""
-    """Python module the G2P route needs beyond the base install ("" when none)."""
+    """Python module the G2P route needs beyond espeak-ng ("" when none). requirements.txt installs every one; a node
+    set up without it refuses the language with a 422 that names `package`."""
     package: str = ""
     """pip requirement that provides `module`."""
     kokoro_prefix: str = ""

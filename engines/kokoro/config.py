@@ -20,7 +20,7 @@ class KokoroParams(EngineParams):
     normalize: bool = Field(
         True,
         description="Kokoro: read numbers, money, dates, times, units and abbreviations as words first (English; "
-        "default true).",
+        "in the other languages numbers, money, dates and times; default true).",
     )
 
 

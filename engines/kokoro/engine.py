@@ -36,6 +36,7 @@ from engines.kokoro.voicepacks import read_stored_pack
 from errors import InvalidInput
 from gpu.runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text.languages import Language, voice_gender, voice_language
+from text.localized_numbers import read_numbers
 from text.normalize import read_english
 from text.scripts import skip_unreadable
 from text.spoken import Spoken
@@ -45,7 +46,7 @@ log = logging.getLogger("polytts.engines.kokoro")
 
 SAMPLE_RATE = 24_000
 ENGLISH = ("en-us", "en-gb")
-"""Languages whose text is normalized before G2P (text/normalize.py reads English)."""
+"""Languages normalized by text/normalize.py; the others' numbers, money and dates by text/localized_numbers.py."""
 
 
 def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -> BackendName:
@@ -173,11 +174,14 @@ class KokoroEngine(Engine):
 
     def spoken_text(self, text: str, options: SynthesisOptions) -> Spoken:
         """Runs of a script the language does not read skipped (espeak-ng would name each letter: "Hebrew letter
-        shin"), then English normalized (text/normalize.py) unless the request's `normalize` is false."""
+        shin"), then, unless the request's `normalize` is false, English normalized (text/normalize.py) and the
+        numbers, money and dates of the other languages written as their G2P reads them (text/localized_numbers.py)."""
         spoken = skip_unreadable(Spoken.of(text), options.language)
-        if bool(options.params.get("normalize", True)) and options.language.code in ENGLISH:
-            spoken = read_english(spoken)
-        return spoken
+        if not bool(options.params.get("normalize", True)):
+            return spoken
+        if options.language.code in ENGLISH:
+            return read_english(spoken)
+        return read_numbers(spoken, options.language)
 
     word_timings = True
 

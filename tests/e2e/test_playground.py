@@ -145,6 +145,8 @@ def test_speak_plays_the_sentence_as_it_streams(page: tuple[Page, Console], serv
     tab, console = page
     voice = preferred_voice(tab)
     tab.select_option("#voice", voice)
+    assert tab.input_value("#transport") == "ws"  # the default where the server speaks live: it reads along
+    tab.select_option("#transport", "http")
     state = speak(tab, SENTENCE)
 
     expected = http_samples(server, {"text": SENTENCE, "voice_id": voice})
@@ -187,11 +189,28 @@ def test_phone_width_fits_and_keyboard_speaks(browser: Browser, server: ServerPr
     context.close()
 
 
-def test_a_long_voice_label_keeps_the_voice_selector_inside_its_card(browser: Browser, server: ServerProcess) -> None:
+# Every visible element of the page that sticks out of its parent's box: none may, at any width.
+OVERFLOWING = """(() => [...document.querySelectorAll("body *")].flatMap(element => {
+    const parent = element.parentElement;
+    const box = element.getBoundingClientRect();
+    if (!box.width || element.matches(".skip, option, optgroup")) return [];
+    const outer = parent.getBoundingClientRect();
+    if (box.left >= outer.left - 0.5 && box.right <= outer.right + 0.5) return [];
+    const span = (rect) => `${Math.round(rect.left)}..${Math.round(rect.right)}`;
+    return [`${element.tagName.toLowerCase()}#${element.id} ${span(box)} outside its ${parent.tagName.toLowerCase()}`
+            + `#${parent.id} ${span(outer)}`];
+}))()"""
+WIDTHS = (320, 390, 768, 1366)
+LONG_BLEND = "af_heart(1)+jf_gongitsune(2)+jf_nezumi(3)+af_bella(4)+zm_yunxia(5)+pm_santa(6)+hf_alpha(7)+bm_fable(8)"
+
+
+def test_every_width_fits_long_voice_names_and_blends(browser: Browser, server: ServerProcess) -> None:
+    """From a phone to a wide desktop nothing is wider than its container, with a registered voice's long label in
+    the list, a long blend formula entered and the result of speaking it shown; a screenshot at each width."""
     long_text = "A transcript long enough to make this registered voice's label the widest option of the list."
     form = clone_form(wav_clip(1.2, 430), ref_text=long_text)
     voice_id = httpx.post(server.url + "/voices", files=form["files"], data=form["data"], timeout=60).json()["voice_id"]
-    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    context = browser.new_context(viewport={"width": WIDTHS[0], "height": 800}, is_mobile=True, has_touch=True)
     try:
         tab = context.new_page()
         console = Console(tab)
@@ -199,16 +218,167 @@ def test_a_long_voice_label_keeps_the_voice_selector_inside_its_card(browser: Br
         wait_for_js(tab, f"{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=60)
         label = tab.evaluate(f"[...document.getElementById('voice').options].find(o => o.value === '{voice_id}').text")
         assert len(label) > 50, label
-        inside = tab.evaluate(
-            "(() => { const select = document.getElementById('voice').getBoundingClientRect();"
-            " const card = document.getElementById('voice').closest('.panel').getBoundingClientRect();"
-            " return select.left >= card.left && select.right <= card.right; })()"
-        )
-        assert inside and tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        tab.fill("#blend", LONG_BLEND)
+        assert tab.inner_text("#blend-check").startswith("OK: af_heart 2.8 % + jf_gongitsune 5.6 %")
+        speak(tab, SENTENCE)
+        for width in WIDTHS:
+            tab.set_viewport_size({"width": width, "height": 800})
+            assert tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]") == [width, width]
+            assert tab.evaluate(OVERFLOWING) == [], width
+            screenshot(tab, f"playground-{width}")
+        tab.set_viewport_size({"width": WIDTHS[0], "height": 800})
+        tab.fill("#blend", "b" * 150 + "(2)")  # an error quoting a long unbroken name wraps too
+        assert "invalid blend part at index 0" in tab.inner_text("#blend-check")
+        assert tab.evaluate(OVERFLOWING) == [] and tab.evaluate("document.documentElement.scrollWidth") == WIDTHS[0]
         assert console.unexpected() == []
     finally:
         context.close()
         httpx.delete(f"{server.url}/voices/{voice_id}", timeout=30)
+
+
+# --- read-along ---------------------------------------------------------------------------------------------------
+
+HEARD = f"""(() => {{
+    const context = window.polytts.player.context, clock = window.polytts.player.clock, s = {STATE};
+    const current = document.querySelector("#words [aria-current]");
+    return {{time: context.currentTime, played: clock ? clock.played / context.sampleRate : 0,
+             latency: context.outputLatency || 0, index: s.highlighted, position: s.position, level: s.level,
+             current: current ? current.textContent : null, playback: s.playback}};
+}})()"""
+
+
+# Resolves once the page has drawn two more frames: each frame shows the place and level of that moment.
+NEXT_FRAMES = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def heard_until(tab: Page, seconds: float) -> dict:
+    """What the page shows once its audio clock has moved `seconds` on from now."""
+    start = tab.evaluate("window.polytts.player.context.currentTime")
+    wait_for_js(tab, f"window.polytts.player.context.currentTime >= {start + seconds}", timeout=30)
+    return tab.evaluate(HEARD)
+
+
+def spoken_at(words: list[dict], seconds: float) -> int:
+    """The word being spoken `seconds` into the audio by the server's timings: the last one started by then."""
+    return max((i for i, word in enumerate(words) if word["start"] <= seconds), default=-1)
+
+
+def test_the_highlighted_word_follows_the_audio_clock(page: tuple[Page, Console]) -> None:
+    """With the whole file (POST /tts, timestamps) every word arrives before the first is heard: the highlight moves
+    with the worklet's clock, stands still while the context is suspended, and clears when playback stops."""
+    tab, console = page
+    voice = preferred_voice(tab)
+    tab.select_option("#voice", voice)
+    tab.select_option("#transport", "timed")
+    text = "One, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve."
+    tab.fill("#text", text)
+    tab.click("#speak")
+    wait_for_js(tab, f"{STATE}.playback === 'playing' && {STATE}.highlighted >= 0", timeout=180)
+    words = tab.evaluate(f"{STATE}.words")  # every word's timing, there before the first is heard
+    assert [word["word"] for word in words] == text.split() and words[-1]["end"] > 3
+    assert [word["start"] for word in words] == sorted(word["start"] for word in words)
+    seen: list[int] = []
+    while len(seen) < 6:
+        heard = heard_until(tab, 0.25)
+        assert heard["playback"] == "playing", heard
+        # The worklet reports about ten times a second, the page moves the last report on by the audio clock at
+        # each frame and subtracts the output's latency: the word shown is the one the timings give for a moment
+        # within a report and a frame of the samples played (far from the last word, where arrival would put it).
+        early, late = heard["played"] - heard["latency"] - 0.1, heard["played"] + 0.15
+        assert spoken_at(words, early) <= heard["index"] <= spoken_at(words, late), (heard, words)
+        assert heard["current"] == words[heard["index"]]["word"]
+        seen.append(heard["index"])
+    assert seen == sorted(seen) and len(set(seen)) >= 4, seen
+    assert tab.evaluate(f"{STATE}.levelPeak") > 0.3
+    screenshot(tab, "playground-read-along")
+
+    tab.evaluate("window.polytts.player.context.suspend()")  # resolves once the audio clock stands
+    tab.evaluate(NEXT_FRAMES)
+    held = tab.evaluate(HEARD)
+    tab.wait_for_timeout(600)  # time passing on the page's clock while the audio clock stands, not a wait for state
+    later = tab.evaluate(HEARD)
+    # A report posted before the suspension may still land: it tells the same clock, so the same place.
+    assert {**later, "played": None, "position": None} == {**held, "played": None, "position": None}
+    assert later["position"] == pytest.approx(held["position"], abs=1e-6) and held["level"] == 0
+    tab.evaluate("window.polytts.player.context.resume()")
+    wait_for_js(tab, f"{STATE}.highlighted > {held['index']}", timeout=10)
+
+    tab.click("#stop")
+    assert tab.evaluate(f"[{STATE}.highlighted, {STATE}.level, {STATE}.playback]") == [-1, 0, "idle"]
+    assert tab.locator("#words [aria-current]").count() == 0
+    assert tab.inner_text("#words") == text  # the words stay, none highlighted
+    assert tab.is_disabled("#stop")
+    assert console.unexpected() == []
+
+
+def test_the_live_websocket_reads_along_by_clause_in_japanese(page: tuple[Page, Console]) -> None:
+    """The live WebSocket's `words` events come after each phrase's audio; text without spaces is timed by clause,
+    and its clauses are shown as written, without spaces between them."""
+    tab, console = page
+    tab.select_option("#voice", "jf_alpha")
+    assert tab.input_value("#transport") == "ws"
+    text = "今日はいい天気ですね、散歩に行きましょう。公園で、少し休みます。"
+    tab.fill("#text", text)
+    tab.click("#speak")
+    wait_for_js(tab, f"{STATE}.playback === 'playing' && {STATE}.highlighted >= 0", timeout=180)
+    seen = [tab.evaluate(f"{STATE}.highlighted")]
+    while tab.evaluate(f"{STATE}.playback") == "playing":
+        seen.append(heard_until(tab, 0.2)["index"])
+    clauses = tab.evaluate(f"{STATE}.words.map(w => w.word)")
+    assert clauses == ["今日はいい天気ですね、", "散歩に行きましょう。", "公園で、", "少し休みます。"]
+    assert tab.inner_text("#words") == text
+    assert set(seen) >= {0, 1, 2, 3} and [i for i in seen if i >= 0] == sorted(i for i in seen if i >= 0), seen
+    assert tab.evaluate(f"[{STATE}.phase, {STATE}.highlighted]") == ["done", -1]  # played out: nothing highlighted
+    assert console.unexpected() == []
+
+
+# --- browsing voices ----------------------------------------------------------------------------------------------
+
+
+def listed_voices(tab: Page) -> list[str]:
+    return tab.evaluate("[...document.getElementById('voice').options].filter(o => o.value).map(o => o.value)")
+
+
+def test_the_voice_list_filters_by_language_and_gender(page: tuple[Page, Console], server: ServerProcess) -> None:
+    tab, console = page
+    voices = httpx.get(server.url + "/voices").json()["voices"]
+    every = listed_voices(tab)
+    assert sorted(every) == sorted(v["voice_id"] for v in voices)
+    languages = tab.evaluate("[...document.getElementById('voice-language').options].map(o => [o.value, o.text])")
+    assert ["ja", "Japanese"] in languages and ["en-gb", "British English"] in languages
+    assert {v for v, _ in languages} == {"", *(v["language"] for v in voices if v.get("language"))}
+
+    tab.select_option("#voice-language", "ja")
+    japanese = sorted(v["voice_id"] for v in voices if v.get("language") == "ja")
+    assert sorted(listed_voices(tab)) == japanese and len(japanese) >= 4
+    assert tab.inner_text("#voice-count") == f"{len(japanese)} of {len(voices)} voices"
+    assert tab.input_value("#voice") in japanese  # the selected voice follows the filter
+    tab.select_option("#voice-gender", "male")
+    male = sorted(v["voice_id"] for v in voices if v.get("language") == "ja" and v.get("gender") == "male")
+    assert sorted(listed_voices(tab)) == male == ["jm_kumo"]
+    assert tab.input_value("#voice") == "jm_kumo"
+    assert "Built-in male kokoro voice" in tab.inner_text("#voice-hint")
+
+    tab.select_option("#voice-language", "")
+    assert sorted(listed_voices(tab)) == sorted(v["voice_id"] for v in voices if v.get("gender") == "male")
+    tab.select_option("#voice-gender", "")
+    assert sorted(listed_voices(tab)) == sorted(every)
+    assert tab.inner_text("#voice-count") == f"{len(voices)} voices"
+    assert console.unexpected() == []
+
+
+def test_a_voice_previews_with_one_click_and_again_from_the_cache(page: tuple[Page, Console]) -> None:
+    tab, console = page
+    tab.select_option("#voice", "bf_isabella")
+    tab.click("#preview-voice")
+    wait_for_js(tab, f"{STATE}.preview.phase === 'ended' || {STATE}.preview.phase === 'error'", timeout=120)
+    first = tab.evaluate(f"{STATE}.preview")
+    assert first == {"voiceId": "bf_isabella", "phase": "ended", "cache": "miss"}, tab.evaluate(f"{STATE}.lastError")
+    tab.click("#preview-voice")
+    wait_for_js(tab, f"{STATE}.preview.phase === 'ended' || {STATE}.preview.phase === 'error'", timeout=60)
+    assert tab.evaluate(f"{STATE}.preview") == {"voiceId": "bf_isabella", "phase": "ended", "cache": "hit"}
+    assert tab.inner_text("#preview-status") == "Preview of bf_isabella (from the server's cache)."
+    assert console.unexpected() == []
 
 
 def test_the_parameters_and_languages_shown_are_the_servers(page: tuple[Page, Console], server: ServerProcess) -> None:
@@ -342,6 +512,7 @@ def test_upload_a_voice_pack_speak_with_it_then_delete_it(
     assert listed["engine"] == "kokoro" and listed["kind"] == "pack" and listed["builtin"] is False
     assert tab.evaluate("document.activeElement.id") == "speak"
 
+    tab.select_option("#transport", "http")  # compared below with the same route's answer
     state = speak(tab, SENTENCE)
     assert state["voiceId"] == voice_id
     assert state["samplesScheduled"] >= http_samples(server, {"text": SENTENCE, "voice_id": voice_id})

@@ -199,3 +199,30 @@ def test_a_demanded_gpu_that_torch_cannot_see_refuses_to_start(tmp_path: Path) -
             assert client.get("/health").json()["status"] == "ready"
     finally:
         allowed.stop()
+
+
+# A stock voice per language, with numbers or money as that language writes them.
+SENTENCES = {
+    "af_heart": ("en-us", "It costs $12.50."),
+    "bf_emma": ("en-gb", "It costs £23.40."),
+    "ef_dora": ("es", "Cuesta 12,50 €."),
+    "ff_siwis": ("fr-fr", "Il coûte 12,50 €."),
+    "hf_alpha": ("hi", "इसकी कीमत ₹250 है।"),
+    "if_sara": ("it", "Costa 12,50 €."),
+    "pf_dora": ("pt-br", "Custa R$ 12,50."),
+    "jf_alpha": ("ja", "入場料は1,500円です。"),
+    "zf_xiaobei": ("zh", "门票是50元。"),
+}
+
+
+def test_every_stock_language_speaks_on_the_default_stack(server: ServerProcess) -> None:
+    """A real server on the default install (ONNX, requirements.txt): a voice of each of the nine stock languages, as
+    the OpenAI voices list names it, streams speech in its language (the request names only the voice)."""
+    with server.client() as client:
+        listed = {v["id"]: v["language"] for v in client.get("/v1/audio/voices").json()["data"]}
+        assert {voice: listed[voice] for voice in SENTENCES} == {voice: code for voice, (code, _) in SENTENCES.items()}
+        for voice, (_, text) in SENTENCES.items():
+            response = client.post("/tts/stream", json={"text": text, "voice": voice})
+            assert response.status_code == 200, (voice, response.text)
+            pcm = np.frombuffer(response.content, "<i2")
+            assert len(pcm) > 24_000 // 2 and np.abs(pcm).max() > 1000, voice  # over 0.5 s, not silence

@@ -1,4 +1,5 @@
-"""Grapheme-to-phoneme routes: the English route choice, espeak languages, Chinese through misaki."""
+"""Grapheme-to-phoneme routes: the English route choice, espeak languages, Japanese through pyopenjtalk, Chinese
+through misaki, and what a node lacking a route's package says."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def test_this_host_uses_espeak_for_english() -> None:
         ("es", "Hola.", "ˈola"),
         ("fr", "Bonjour.", "bɔ̃ʒˈuʁ"),
         ("zh", "你好", "ni"),
+        ("ja", "こんにちは", "koɲɲiʨiβa"),  # OpenJTalk's reading, in the cutlet romanization Kokoro was trained on
+        ("ja", "東京", "toːkʲoː"),  # kanji from the dictionary inside pyopenjtalk-plus's wheel, never downloaded
     ],
 )
 def test_phonemes_per_language(language: str, text: str, expected: str) -> None:
@@ -56,3 +59,21 @@ def test_routes_are_built_once_per_language() -> None:
     g2p.phonemize("Two.", english)
     assert g2p._routes["en-us"] is route
     assert g2p.describe()["english"] == "espeak"
+
+
+def test_every_stock_language_has_its_route_on_the_default_install() -> None:
+    described = G2P("espeak").describe()
+    assert described["missing"] == {}
+    assert described["routes"] == {
+        "espeak-ng": ["en-gb", "en-us", "es", "fr-fr", "hi", "it", "pt-br"],
+        "pyopenjtalk": ["ja"],
+        "misaki zh": ["zh"],
+    }
+
+
+def test_a_language_whose_package_is_missing_is_named_with_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jieba" else real(name, *a))
+    described = G2P("espeak").describe()
+    assert described["missing"] == {"zh": "pip install 'misaki[zh]'"}
+    assert "zh" not in str(described["routes"])

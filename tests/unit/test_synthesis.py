@@ -176,6 +176,7 @@ async def test_a_stalled_cache_disk_does_not_delay_another_stream(service: Servi
         ("hf_alpha", None, "hi"),
         ("if_sara", None, "it"),
         ("pf_dora", None, "pt-br"),
+        ("jf_alpha", None, "ja"),
         ("zf_xiaobei", None, "zh"),
         ("bf_emma(1)+af_heart(3)", None, "en-gb"),
         ("ef_dora", "en", "en-us"),
@@ -187,12 +188,6 @@ async def test_the_language_follows_the_voice_unless_named(
 ) -> None:
     plan = await service.synthesis.plan(TTSRequest(text="Hi.", voice_id=voice, language=language))
     assert plan.options.language.code == expected
-
-
-async def test_a_japanese_voice_without_its_g2p_names_the_package(service: Service) -> None:
-    with pytest.raises(InvalidInput) as refused:
-        await service.synthesis.plan(TTSRequest(text="こんにちは", voice_id="jf_alpha"))
-    assert refused.value.code == "language_not_installed" and "pyopenjtalk-plus" in refused.value.message
 
 
 MONEY = "$999,999,999,999.99 "
