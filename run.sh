@@ -28,7 +28,7 @@ describe() {
     requirements-torch.txt) echo "PyTorch, Kokoro on PyTorch and VoxCPM2 (about 3 minutes; several GB on CUDA hosts)" ;;
     requirements-mlx.txt) echo "MLX and mlx-audio (about 1 minute)" ;;
     requirements-dev.txt) echo "every engine and the test tools (about 4 minutes)" ;;
-    requirements-nodeps.txt) echo "voxcpm without its unused dependencies (seconds)" ;;
+    requirements-nodeps.txt) echo "voxcpm, qwen-tts-hf, dots.tts and CosyVoice without their unused dependencies (seconds)" ;;
     *) echo "$1" ;;
   esac
 }

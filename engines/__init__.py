@@ -27,9 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from engines.base import EngineSpec
+from engines.cosyvoice import engine as cosyvoice
+from engines.dots import engine as dots
 from engines.kokoro import engine as kokoro
 from engines.qwen import engine as qwen
 from engines.voxcpm import engine as voxcpm
 
-ENGINE_SPECS: tuple[EngineSpec[Any], ...] = (kokoro.SPEC, voxcpm.SPEC, qwen.SPEC)
+ENGINE_SPECS: tuple[EngineSpec[Any], ...] = (kokoro.SPEC, voxcpm.SPEC, qwen.SPEC, dots.SPEC, cosyvoice.SPEC)
 FAMILIES: dict[str, EngineSpec[Any]] = {spec.family: spec for spec in ENGINE_SPECS}

@@ -61,7 +61,7 @@ class BuiltinVoice:
         }
 
 
-Param = float | int | bool
+Param = float | int | bool | str
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,9 @@ class EngineSpec(Generic[FamilySettings]):
     """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
     takes_seed: bool = False
     """Whether a cloned voice may carry a tone seed (`seed_audio` and `seed_text`)."""
+    transcript_optional: bool = False
+    """Whether a clip may be registered without its transcript outside x-vector-only mode (CosyVoice's zero-shot
+    prompt takes an empty one)."""
 
     def param_defaults(self) -> dict[str, Param]:
         return self.params().model_dump()
@@ -181,6 +184,12 @@ class Engine(ABC):
     def footprint(self) -> int:
         """Bytes of (device) memory the loaded model takes, for the manager's status."""
         return 0
+
+    @property
+    def steps_at_once(self) -> int:
+        """Steps of different requests this engine may run at the same time, each on a lane of the GPU thread
+        (gpu/gpu_thread.py): only an engine on the CPU that is safe to call from several threads says more than 1."""
+        return 1
 
     def preflight(self) -> None:
         """Raise EngineLoadError when the weights cannot be had now (not local, not cached, hub out of reach). Checked

@@ -91,6 +91,22 @@ def tiny_qwen_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_dots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny randomly initialised dots.tts (24 kHz out), loadable by the package's own from_pretrained."""
+    from tests.support.tiny_dots import build_tiny_dots
+
+    return build_tiny_dots(tmp_path_factory.mktemp("tiny-dots"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cosyvoice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny randomly initialised CosyVoice 2 (24 kHz out), loadable by the package's own classes."""
+    from tests.support.tiny_cosyvoice import build_tiny_cosyvoice
+
+    return build_tiny_cosyvoice(tmp_path_factory.mktemp("tiny-cosyvoice"))
+
+
+@pytest.fixture(scope="session")
 def tiny_mlx_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random mlx-audio models (Kokoro, VoxCPM2, Qwen3-TTS) in the layouts `load_model` reads."""
     from tests.support.tiny_mlx_kokoro import build_tiny_mlx_kokoro

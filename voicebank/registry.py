@@ -187,7 +187,7 @@ class VoiceRegistry:
         clip = self._decode("audio", reg.audio)
         seed = self._decode("seed_audio", reg.seed_audio) if reg.seed_audio is not None else None
         ref_text = reg.ref_text.strip()
-        if not reg.x_vector_only_mode and not ref_text:
+        if not reg.x_vector_only_mode and not ref_text and not self.families[reg.engine].transcript_optional:
             raise InvalidInput(
                 "ref_text (the transcript of the clip) is required unless x_vector_only_mode is on: "
                 "a continuation prompt needs it",

@@ -61,8 +61,8 @@ class SpeechRequest(BaseModel):
     instructions: str | None = Field(
         None,
         max_length=4096,
-        description="Style prompt, at most 4,096 characters (longer is a 422); accepted and ignored: no engine here "
-        "takes one (the answer says so in X-Ignored-Parameters).",
+        description="Style prompt, at most 4,096 characters (longer is a 422): a CosyVoice voice speaks by it (its "
+        "`instruct`); other engines take none, and the answer names it in X-Ignored-Parameters.",
     )
     stream_format: Literal["audio", "sse"] = "audio"
 

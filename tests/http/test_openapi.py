@@ -129,7 +129,7 @@ def test_post_voices_documents_its_form(schema: dict[str, Any]) -> None:
     for name in ("audio", "voice_pack", "seed_audio"):
         assert body["properties"][name] == {**body["properties"][name], "type": "string", "format": "binary"}
     assert body["required"] == ["engine"]
-    assert body["properties"]["engine"]["enum"] == ["kokoro", "voxcpm", "qwen"]
+    assert body["properties"]["engine"]["enum"] == ["kokoro", "voxcpm", "qwen", "dots", "cosyvoice"]
     responses = schema["paths"]["/voices"]["post"]["responses"]
     assert {"200", "201", "400", "409", "413", "415", "422", "503", "507"} <= set(responses)
 

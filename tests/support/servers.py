@@ -26,6 +26,10 @@ def service_env(tmp: Path, **env: str) -> dict[str, str]:
         "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
         # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
         "POLYTTS_QWEN_MODEL": "",
+        # No dots.tts either unless a test asks (tests/e2e/test_server_dots.py does).
+        "POLYTTS_DOTS_MODEL": "",
+        # Nor CosyVoice (tests/e2e/test_server_cosyvoice.py asks for it).
+        "POLYTTS_COSYVOICE_MODEL": "",
         **env,
     }
 

@@ -11,7 +11,9 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from audio.encoding import MEDIA_TYPES
+from engines import FAMILIES
 from errors import ServiceError
+from lifecycle.service import Service
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, StreamContext
 from web.http_errors import cut_on_failure
@@ -49,15 +51,18 @@ async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -
     except ServiceError as exc:  # refused before the lifecycle saw it: logged and counted as its refusals are
         service.synthesis.rejected(ctx.route, exc, ctx.client)
         raise
+    voice_id = resolve_voice(body.voice, service.openai_voices)
+    honoured = bool(body.instructions) and await takes_instructions(service, voice_id)
     native = TTSRequest(
         text=body.input,
-        voice_id=resolve_voice(body.voice, service.openai_voices),
+        voice_id=voice_id,
         # Speed 1 is every engine's pace; any other speed goes to the engine, which refuses it if it has none.
         speed=body.speed if body.speed != 1.0 else None,
+        instruct=body.instructions if honoured else None,
     )
     speech = await service.synthesis.speak(native, ctx)
     headers = speech.headers(body.response_format)
-    if body.instructions:  # no engine here takes a style prompt
+    if body.instructions and not honoured:
         headers["X-Ignored-Parameters"] = "instructions"
     if body.stream_format == "sse":
         events = speech_events(
@@ -74,6 +79,16 @@ async def speech(body: SpeechRequest, service: ServiceDep, ctx: StreamContext) -
         media_type=MEDIA_TYPES[body.response_format],
         headers=headers,
     )
+
+
+async def takes_instructions(service: Service, voice_id: str) -> bool:
+    """Whether the voice's engine takes a style prompt (`instruct`: CosyVoice's); a voice that does not resolve is
+    left to the lifecycle, which refuses it as it refuses every request."""
+    try:
+        voice = await service.catalog.resolve(voice_id)
+    except ServiceError:
+        return False
+    return "instruct" in FAMILIES[voice.engine].params.model_fields
 
 
 @router.get("/models")
