@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from tests.e2e.test_server_mlx import CLIP
-from tests.support.clips import joined_samples, wav_clip
+from tests.support.clips import assert_joined_length, wav_clip
 from tests.support.servers import ServerProcess
 from voicebank.ids import compute_voice_id
 
@@ -105,7 +105,7 @@ def test_stream_hands_out_pieces_as_they_are_generated(client: httpx.Client, voi
         for chunk in response.iter_raw():
             arrivals.append(time.perf_counter() - started)
             size += len(chunk)
-    assert size == joined_samples(2, GENERATION, 24_000) * 2  # two generations, s16le
+    assert_joined_length(size // 2, [GENERATION] * 2, 24_000)  # two generations, s16le
     assert len(arrivals) >= 8  # 0.25 s pieces: 3 + 3 + 3 + 2 frames each
     assert arrivals[0] < 0.5 * arrivals[-1]
 

@@ -4,12 +4,12 @@ response."""
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import numpy as np
 import soundfile as sf
 
 from audio.seams import MARGIN_SECONDS, PAUSE_SECONDS
-from text.chunking import Pause
 
 
 def wav_clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16_000, fmt: str = "WAV") -> bytes:
@@ -38,9 +38,13 @@ def assert_speech_like(samples: np.ndarray, rate: int) -> None:
     assert 0.01 < crossings < 0.5, f"zero-crossing rate {crossings} is not speech-like"
 
 
-def joined_samples(generations: int, samples: int, rate: int, pause: Pause = "sentence") -> int:
-    """The length of a response of `generations` model generations of `samples` each, audible from end to end (a
-    tiny random model's noise), as the seam joiner joins them: each seam is the pause, less the quiet margin the
-    next generation's onset would keep (it has none)."""
-    seam = round(PAUSE_SECONDS[pause] * rate) - round(MARGIN_SECONDS * rate)
-    return generations * samples + (generations - 1) * seam
+def assert_joined_length(length: int, generations: Sequence[int], rate: int) -> None:
+    """`length` samples are model generations of the given lengths, audible from end to end (a tiny random model's
+    noise), as the seam joiner joins them at sentence seams: each seam is the pause, less the quiet margin the next
+    generation's onset would keep (it has none). A seam is measured from the last audible sample, and the noise may
+    end on a few samples below the silence threshold: each seam may come out that much shorter (at most 2 ms here;
+    a generation more or less is thousands of samples)."""
+    seam = round(PAUSE_SECONDS["sentence"] * rate) - round(MARGIN_SECONDS * rate)
+    expected = sum(generations) + (len(generations) - 1) * seam
+    slack = (len(generations) - 1) * round(0.002 * rate)
+    assert expected - slack <= length <= expected, f"{length} samples, not {len(generations)} generations ({expected})"
