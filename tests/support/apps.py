@@ -4,14 +4,18 @@ process. Its `polytts` log lines are kept in the server's own format."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from fastapi.testclient import TestClient
 
+from lifecycle.service import Service, build_service
 from server import LOG_FORMAT, create_app
 from settings import load_settings
 from tests.support.polling import wait_until
@@ -19,6 +23,27 @@ from tests.support.servers import service_env
 
 READY_S = 60.0
 """How long the default engine may take to load."""
+
+
+@contextlib.contextmanager
+def kokoro_service(tmp: Path, onnx_dir: Path, **settings: Any) -> Iterator[Service]:
+    """The service without its app, on the real Kokoro ONNX engine from `onnx_dir`, its GPU thread running; the
+    engine loads on first use. `settings`: Settings fields."""
+    built = build_service(
+        load_settings(
+            voices_dir=tmp / "voices",
+            cache_dir=tmp / "cache",
+            kokoro_onnx_dir=onnx_dir,
+            kokoro_backend="onnx",
+            **settings,
+        )
+    )
+    built.gpu.start()
+    built.pool.states["kokoro"].status = "ready"
+    try:
+        yield built
+    finally:
+        built.gpu.stop()
 
 
 class InProcessApp:

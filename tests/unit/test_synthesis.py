@@ -4,36 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from errors import Busy, InvalidInput, NotFound, PayloadTooLarge
-from lifecycle.service import Service, build_service
+from lifecycle.service import Service
 from lifecycle.synthesis import RequestContext
 from pcm_cache import PcmCache
 from settings import SettingsError, load_settings
+from tests.support.apps import kokoro_service
 from web.protocol import TTSRequest
 
 CONTEXT = RequestContext("test", principal="test")
 
 
 @pytest.fixture
-async def service(tmp_path: Path, assembled_model: Path) -> AsyncIterator[Service]:
-    settings = load_settings(
-        voices_dir=tmp_path / "voices",
-        cache_dir=tmp_path / "cache",
-        kokoro_onnx_dir=assembled_model,
-        kokoro_backend="onnx",
-        max_inflight=1,
-    )
-    built = build_service(settings)
-    built.gpu.start()
-    built.pool.states["kokoro"].status = "ready"
-    yield built
-    built.gpu.stop()
+def service(tmp_path: Path, assembled_model: Path) -> Iterator[Service]:
+    with kokoro_service(tmp_path, assembled_model, max_inflight=1) as built:
+        yield built
 
 
 async def synthesize(service: Service, text: str) -> bytes:
