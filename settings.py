@@ -213,6 +213,12 @@ class ServiceSettings(EngineSettings):
     """Admission plans streams with this share of the GPU thread, from the engine's measured speed and the audio
     promised to admitted streams; the rest absorbs misestimates and whole-file work."""
 
+    short_step_s: float = Field(0.8, ge=0)
+    """A stream ahead of its listener takes a step of about this long (its chunk cut after a clause, never inside a
+    phrase) instead of its whole chunk, since a request arriving meanwhile waits for it: a newcomer's first step then
+    waits about this long at most. Whole chunks again when the listener holds less than one such step. 0 never cuts a
+    step short."""
+
     stream_max_start_wait_s: float = Field(5.0, gt=0)
     """A new stream whose first step would start this long after the step under way, behind other streams' first
     steps, is a 429 `stream_capacity_full`. Running streams keep this much audio in hand beyond their next step

@@ -1,7 +1,8 @@
 """The one small interface every engine implements; the ModelManager owns each engine's lifetime.
 
 All methods except the cheap descriptive ones (`builtin_voices`, `describe`, `check_language`, `spoken_text`) run
-on the single GPU thread.
+on the single GPU thread; the generations of an engine whose `steps_at_once` is above 1 run on its lanes, several at
+once.
 """
 
 from __future__ import annotations

@@ -19,6 +19,19 @@ used time is forgotten once it has been idle for `idle_state_ttl_s`. While one e
 engine keeps the thread as long as it has work, until another engine's oldest request has waited
 `engine_switch_max_wait_s`.
 
+An engine that runs several steps at once (`lanes`: ONNX Runtime on a CPU node) gets the next step picked while
+its steps run, up to that many, of its own jobs only (a job takes one step at a time). Its steps run either alone,
+on all its threads, or beside each other, each on a share of them: a step starts beside others when another job is
+ready to start with it, and beside a step alone only streams that would run dry before it ends start. A newcomer's
+first step takes the first lane free, with all the threads (beside what is left of the short steps under way), and
+nothing else starts while one waits. Every other engine runs one step at a time, and another engine's step waits
+until the steps under way are done.
+
+A newcomer thus waits for the steps under way: a stream ahead of its listener takes a short step (`cut_step`: its
+chunk cut after a clause, about `short_step_s` long, beside the other steps under way), and its whole chunk again
+when it runs low (its listener holds less than a short step: it runs dry whatever it takes, and the whole chunk
+makes the most audio per GPU second).
+
 Admission (`FairQueue.add`) refuses with 429 what would exceed a bound: per key (per client address within a key
 that unrelated clients share), per engine, in flight, characters waiting, per client address, and for streams the
 real-time capacity (`playback.admission`: the engine's measured speed and the audio promised to admitted streams).
@@ -42,7 +55,7 @@ from typing import Any
 
 from errors import Busy
 from gpu.jobs import Job
-from gpu.playback import EngineSpeed, Refusal, StreamDemand, admission
+from gpu.playback import EngineSpeed, Pool, Refusal, StreamDemand, admission
 
 log = logging.getLogger("polytts.scheduler")
 
@@ -81,6 +94,9 @@ class FairnessPolicy:
     bounds only, and may run dry under load)."""
     stream_gpu_share: float = 0.8
     """Admission plans streams with this share of the GPU thread; the rest absorbs misestimates and whole-file work."""
+    short_step_s: float = 0.8
+    """A stream ahead of its listener (one such step in hand) takes a step of about this long (beside the other steps
+    under way), cut after a clause, instead of its whole chunk, so a newcomer waits no longer; 0: never cut."""
     stream_max_start_wait_s: float = 5.0
     """A stream whose first step would start this long after the step under way (behind other streams' first
     steps) is refused. Running streams keep this much lead over their listeners before whole-file work goes first,
@@ -129,6 +145,17 @@ class Bound:
 
 
 @dataclass
+class StepUnderWay:
+    """A step picked and not charged yet."""
+
+    since: float
+    lane_seconds: float
+    """`FairQueue._lane_seconds` when it began: how many steps ran at once while it ran."""
+    beside: bool
+    """It runs beside other steps (on a share of the engine's threads), or alone (on all of them)."""
+
+
+@dataclass
 class KeyState:
     """One key's jobs, in order of admission, and the GPU time it has used."""
 
@@ -145,9 +172,16 @@ class KeyState:
 class FairQueue:
     """Which job steps next, and which is admitted. Pure bookkeeping: no threads, a clock that tests can drive."""
 
-    def __init__(self, policy: FairnessPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        policy: FairnessPolicy,
+        clock: Callable[[], float] = time.monotonic,
+        lanes: Callable[[str], int] = lambda engine: 1,
+    ) -> None:
         self.policy = policy
         self.clock = clock
+        self.lanes = lanes
+        """How many steps an engine runs at once (1 for all but ONNX Runtime on a CPU node)."""
         self.keys: dict[str, KeyState] = {}
         self.speeds: dict[str, EngineSpeed] = {}
         self.rejected_by_engine: collections.Counter[str] = collections.Counter()
@@ -160,9 +194,11 @@ class FairQueue:
         # The least weighted service any busy key had when a step was last picked; it never goes down. A key that
         # becomes busy starts here, so neither idle time nor arriving in another key's gap buys it credit.
         self.floor = 0.0
-        self.current: Job | None = None
-        """The job whose step is under way (picked, not yet charged), and since when."""
-        self.current_since = 0.0
+        self.running: dict[Job, StepUnderWay] = {}
+        """The jobs whose step is under way (picked, not yet charged)."""
+        self._lane_seconds = 0.0
+        """Steps under way integrated over time (seconds of one step each): how many ran at once during a step."""
+        self._lanes_counted_at = clock()
         self._last_refusal: tuple[Any, float, Refusal] | None = None
         self._promised: collections.deque[float] = collections.deque()
         """Retry times promised to refused requests and not passed yet, in order."""
@@ -295,27 +331,53 @@ class FairQueue:
             if state is not None and job in state.jobs:
                 state.jobs.remove(job)
                 state.last_active = self.clock()
-            if self.current is job:
-                self.current = None
+            self._end_step(job)
 
-    def charge(self, job: Job, seconds: float) -> None:
+    def charge(self, job: Job, seconds: float) -> float:
+        """The job's step ended after `seconds`: charged to its key. Returns how many steps ran at once on average
+        while it ran (itself included)."""
         with self._lock:
             state = self.keys.get(job.key)
             if state is not None:
                 state.used += seconds
                 state.virtual += seconds / self.policy.weight(job.key)
                 state.last_served = state.last_active = job.last_served_at = self.clock()
-            if self.current is job:
-                self.current = None
+            overlap = self._end_step(job)
             self._raise_floor()
+            return overlap
 
-    def learn(self, job: Job, gpu_s: float, audio_s: float) -> None:
-        """The job's last step took `gpu_s` and made `audio_s` of audio: how its engine's speed is measured."""
+    def learn(self, job: Job, gpu_s: float, audio_s: float, overlap: float = 1.0) -> None:
+        """The job's last step took `gpu_s` and made `audio_s` of audio, with `overlap` steps at once on average
+        (`charge`): how its engine's speed is measured."""
         chars = job.unit_chars[job.units_done - 1] if 0 < job.units_done <= len(job.unit_chars) else 0
         if not chars and job.units_total:
             chars = job.chars // job.units_total
         with self._lock:
-            self.speeds.setdefault(job.engine, EngineSpeed()).learn(chars, gpu_s, audio_s)
+            self.speeds.setdefault(job.engine, EngineSpeed()).learn(chars, gpu_s, audio_s, overlap)
+
+    def cut_step(self, job: Job) -> bool:
+        """Cut the next step of a job just picked short, to about `short_step_s` beside the steps under way, when it
+        is a stream ahead of its listener (a newcomer arriving now would wait for it); whether it was."""
+        with self._lock:
+            chars = self._short_step_chars(job, self.clock())
+            return chars is not None and job.cut_next_step(chars)
+
+    def _short_step_chars(self, job: Job, now: float) -> int | None:
+        policy = self.policy
+        if policy.short_step_s <= 0 or not job.is_stream or job.detached or not job.units_done or job.shorten is None:
+            return None
+        in_hand = job.playback.in_hand(now)
+        # Running low (less than a short step in hand) it runs dry whatever it takes: its whole chunk is the most audio
+        if in_hand is None or in_hand < policy.short_step_s:
+            return None
+        # GPU seconds alone that last about `short_step_s` beside the steps under way (a newcomer waits for them all);
+        # a step that starts beside others has company from the start, if not yet on a lane
+        pool = self._pool(job.engine)
+        at_once = max(len(self.running), 2) if self.running[job].beside else 1
+        alone_s = policy.short_step_s / pool.slowdown[min(at_once, pool.lanes) - 1]
+        if self._next_step_s(job) <= alone_s:
+            return None
+        return max(1, int(alone_s / self._speed(job.engine).gpu_s_per_char))
 
     def record_stall(self, job: Job, seconds: float) -> None:
         with self._lock:
@@ -323,19 +385,24 @@ class FairQueue:
             self.underruns[job.engine] += 1
 
     def pick(self, resident: Collection[str]) -> Job | None:
-        """The job that steps next (see the module's docstring), among jobs that can step now."""
+        """The job that steps next (see the module's docstring), among jobs that can step now: beside the steps
+        under way, when their engine runs several at once."""
         with self._lock:
             now = self.clock()
             self._expire(now)
             self._sweep(now)
             for job in self._jobs():
+                if job in self.running:
+                    continue
                 if job.deadline is not None and now >= job.deadline:
                     job.cancel("request timed out")
                 if job.cancelled.is_set():  # dropping one costs no GPU time: do it first, wherever it waits
-                    return self._begin(job, now)
+                    return self._begin(job, now, beside=False)
             candidates = [j for state in self.keys.values() for j in state.jobs if j.is_stream or j.detached]
             candidates += [head for state in self.keys.values() if (head := self._whole_file_head(state))]
-            ready = [j for j in candidates if self._can_step(j)]
+            ready = [j for j in candidates if j not in self.running and self._can_step(j)]
+            if self.running:
+                ready = self._alongside(ready, now)
             if not ready:
                 return None
             on_resident = [j for j in ready if j.engine in resident]
@@ -346,7 +413,53 @@ class FairQueue:
                 oldest = min(j.last_served_at or j.enqueued_at for j in elsewhere)
                 ready = elsewhere if now - oldest >= self.policy.engine_switch_max_wait_s else on_resident
             self._raise_floor()
-            return self._begin(self._choose(ready, now), now)
+            chosen = self._choose(ready, now)
+            beside = not self._first_step(chosen) and (bool(self.running) or self._goes_with_another(chosen, ready))
+            return self._begin(chosen, now, beside)
+
+    def runs_beside(self, job: Job) -> bool:
+        """Whether the job's step under way runs beside others (on a share of the engine's threads)."""
+        with self._lock:
+            step = self.running.get(job)
+            return step is not None and step.beside
+
+    def _goes_with_another(self, job: Job, ready: list[Job]) -> bool:
+        """Whether a step starting alone has company coming: another job of its engine ready to start beside it.
+        Then both run beside each other from the start, each on its share of the threads (two inferences of one
+        thread each make more audio per second than one of two threads after the other; a two-thread inference
+        beside a one-thread one makes less than either)."""
+        if self.lanes(job.engine) < 2 or self._first_step(job):
+            return False
+        return any(j is not job and j.engine == job.engine and not self._first_step(j) for j in ready)
+
+    def _alongside(self, ready: list[Job], now: float) -> list[Job]:
+        """Of the jobs ready, those that may start while the steps under way run: their engine's, while it has a lane
+        free. A newcomer's first step takes the first lane free, with all the engine's threads (the steps under way
+        end soon: they are short), and nothing else starts while one waits. Beside a step alone (a first step, or one
+        that had no company when it began) only streams that would run dry before it ends start. Once another
+        engine's request has waited `engine_switch_max_wait_s`, nothing starts: the lanes drain for the switch."""
+        engine = next(iter(self.running)).engine
+        if len(self.running) >= self.lanes(engine):
+            return []
+        others = [j for j in ready if j.engine != engine]
+        if (
+            others
+            and now - min(j.last_served_at or j.enqueued_at for j in others) >= self.policy.engine_switch_max_wait_s
+        ):
+            return []
+        same = [j for j in ready if j.engine == engine]
+        first_steps = [j for j in same if self._first_step(j)]
+        if first_steps:  # it starts on the free lane at once, and nothing else does
+            return first_steps
+        alone = [(j, step.since) for j, step in self.running.items() if not step.beside]
+        if alone:
+            left = max(self._next_step_s(j) - (now - since) for j, since in alone)
+            same = [j for j in same if j.is_stream and not j.detached and self._slack(j, now) < left]
+        return same
+
+    @staticmethod
+    def _first_step(job: Job) -> bool:
+        return job.is_stream and not job.detached and job.units_done == 0
 
     def _can_step(self, job: Job) -> bool:
         """Room in its buffer (a detached job steps only when its writer asks for audio and none waits), and a step
@@ -376,9 +489,25 @@ class FairQueue:
             return min(streams, key=lambda e: (e[0], e[1]))[2]
         return min(ready, key=lambda j: (j.last_served_at or j.enqueued_at, j.id))
 
-    def _begin(self, job: Job, now: float) -> Job:
-        self.current, self.current_since = job, now
+    def _begin(self, job: Job, now: float, beside: bool) -> Job:
+        self._count_lanes(now)
+        self.running[job] = StepUnderWay(now, self._lane_seconds, beside)
         return job
+
+    def _end_step(self, job: Job) -> float:
+        """The job's step is over: how many steps ran at once on average while it ran (itself included)."""
+        if job not in self.running:
+            return 1.0
+        now = self.clock()
+        self._count_lanes(now)
+        step = self.running.pop(job)
+        if now <= step.since:
+            return float(len(self.running) + 1)
+        return max(1.0, (self._lane_seconds - step.lane_seconds) / (now - step.since))
+
+    def _count_lanes(self, now: float) -> None:
+        self._lane_seconds += len(self.running) * max(0.0, now - self._lanes_counted_at)
+        self._lanes_counted_at = now
 
     @staticmethod
     def _whole_file_head(state: KeyState) -> Job | None:
@@ -395,6 +524,12 @@ class FairQueue:
     def _speed(self, engine: str) -> EngineSpeed:
         speed = self.speeds.get(engine)
         return speed if speed is not None else EngineSpeed()
+
+    def _pool(self, engine: str) -> Pool:
+        """The engine's lanes as admission plans them: their measured slowdown under overlap (none gained until
+        measured), and the short steps of streams ahead of their listeners."""
+        policy = self.policy
+        return Pool(self._speed(engine).slowdown(max(1, self.lanes(engine))), short_lead=policy.short_step_s)
 
     def _work_left_s(self, job: Job) -> float:
         """Estimated GPU seconds of the job's steps not yet finished."""
@@ -422,17 +557,21 @@ class FairQueue:
         if memo is not None and memo[0] == signature and now - memo[1] < 1.0:
             refusal: Refusal | None = Refusal(memo[2].reason, max(0.0, memo[2].retry_after - (now - memo[1])))
         else:
-            busy_for, running = 0.0, None
-            current = self.current
-            if current is not None and not current.cancelled.is_set():
-                left = self._next_step_s(current) / self.policy.stream_gpu_share - (now - self.current_since)
-                busy_for = max(0.0, left)
-                running = current.id if current in streams else None
+            pool = self._pool(job.engine)
+            slowdown = pool.slowdown[min(len(self.running), pool.lanes) - 1] if self.running else 1.0
+            under_way = [
+                (
+                    max(0.0, self._next_step_s(current) * slowdown / self.policy.stream_gpu_share - (now - since)),
+                    current.id if current in streams else None,
+                )
+                for current, since in ((j, step.since) for j, step in self.running.items())
+                if not current.cancelled.is_set()
+            ]
             refusal = admission(
                 [self._demand(j, now) for j in streams],
                 candidate,
-                busy_for=busy_for,
-                running=running,
+                under_way=under_way,
+                pool=pool,
                 max_start_wait=self.policy.stream_max_start_wait_s,
             )
             self._last_refusal = (signature, now, refusal) if refusal is not None else None
@@ -447,12 +586,27 @@ class FairQueue:
     def _demand(self, job: Job, now: float) -> StreamDemand:
         speed = self._speed(job.engine)
         share = self.policy.stream_gpu_share
-        units = [(c * speed.gpu_s_per_char / share, c * speed.audio_s_per_char) for c in job.chars_left()]
+        left = job.chars_left()
+        units = [(c * speed.gpu_s_per_char / share, c * speed.audio_s_per_char) for c in left]
         in_hand = job.playback.in_hand(now)
         if in_hand is None and job.units_done:  # started, but no audio yet: a listener with nothing in hand
             in_hand = 0.0
         # The candidate (not admitted yet: no id) arrives after every admitted stream.
-        return StreamDemand(job.id or -1, units, in_hand, job.enqueued_at if job.id else math.inf)
+        return StreamDemand(
+            job.id or -1, units, in_hand, job.enqueued_at if job.id else math.inf, self._splits(job, left)
+        )
+
+    def _splits(self, job: Job, left: list[int]) -> list[tuple[float, ...]]:
+        """For each step left of a stream, the shares of it its short steps would take (solo-sized); none for the
+        step under way, or where the text cannot be cut."""
+        if self.policy.short_step_s <= 0 or job.cuts is None:
+            return []
+        max_chars = max(1, int(self.policy.short_step_s / self._speed(job.engine).gpu_s_per_char))
+        planned = job.cuts(max_chars)
+        if len(planned) > len(left):
+            return []
+        shares = [tuple(chars / sum(steps) for chars in steps) for steps in planned]
+        return [()] * (len(left) - len(planned)) + shares
 
     def _sweep(self, now: float) -> None:
         """Readers behind real time stop holding a slot; readers that take nothing for too long are dropped."""
@@ -532,6 +686,9 @@ class FairQueue:
                         engine: {
                             "gpu_s_per_audio_s": round(speed.real_time_factor, 4),
                             "audio_s_per_char": round(speed.audio_s_per_char, 5),
+                            "steps_at_once": (pool := self._pool(engine)).lanes,
+                            "slowdown": [round(factor, 3) for factor in pool.slowdown],
+                            "capacity": round(pool.capacity, 3),
                         }
                         for engine, speed in self.speeds.items()
                         if speed.known

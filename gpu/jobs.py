@@ -76,6 +76,12 @@ class Job:
     """Whether the job has a step to take now (its chunk source's `ready`: always for a planned text; a live
     request's only once its text has come). A job that has none is passed over: waiting for text holds no step of the
     GPU thread."""
+    shorten: Callable[[int], tuple[int, int] | None] | None = None
+    """Cuts the next step short, after its leading clauses within this many characters (a planned text's chunk
+    source): the characters of the two steps it becomes, or None where it cannot be. None: never cut."""
+    cuts: Callable[[int], list[tuple[int, ...]]] | None = None
+    """For each step not taken yet, the characters of the short steps it would become, cut wherever it can be within
+    this many characters each (admission plans the short steps a stream will take)."""
     input_waited_at: float | None = None
     """FairQueue clock time at which the job was last seen waiting for text (a live request's): the playback clock
     starts again after it, so a listener who ran dry while the client wrote nothing is no underrun."""
@@ -147,6 +153,19 @@ class Job:
     @property
     def underruns(self) -> int:
         return self.playback.underruns
+
+    def cut_next_step(self, max_chars: int) -> bool:
+        """Cut the next step after its leading clauses within `max_chars`; whether it was (its plan then has one step
+        more)."""
+        done = self.units_done
+        if self.shorten is None or done >= len(self.unit_chars):
+            return False
+        cut = self.shorten(max_chars)
+        if cut is None:
+            return False
+        self.unit_chars = (*self.unit_chars[:done], *cut, *self.unit_chars[done + 1 :])
+        self.units_total = len(self.unit_chars)
+        return True
 
     def chars_left(self) -> list[int]:
         """Characters of each step not yet finished (the step under way included)."""

@@ -7,18 +7,22 @@ when it asks for more (it asks once it has sent the last piece). A stall is an u
 asking and the audio came late from the GPU thread; a writer still busy sending when a real-time listener would long
 have run out has a reader *behind real time*.
 
-`EngineSpeed` learns an engine's GPU seconds and audio seconds per character of text from the steps it runs.
+`EngineSpeed` learns an engine's GPU seconds and audio seconds per character of text from the steps it runs, and, for
+an engine that runs several steps at once (ONNX Runtime on a CPU node), how much slower a step runs beside others.
 
 `simulate` plays the GPU thread's next minute for a set of streams the way the scheduler serves them (first steps of
-streams not yet started first, in order of arrival, then the stream that runs dry soonest), so admission can see
-whether one more stream would make an admitted stream run dry (`admission`).
+streams not yet started first, in order of arrival, then the stream that runs dry soonest), on as many lanes as the
+engine runs steps at once (`Pool`), so admission can see whether one more stream would make an admitted stream run
+dry (`admission`).
 """
 
 from __future__ import annotations
 
 import collections
 import heapq
+import itertools
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 UNDERRUN_TOLERANCE_S = 0.05
@@ -67,6 +71,9 @@ class Playback:
         (`input_waited_at`, a live request's) starts again, as a new listener would."""
         asked = self.asking_since if self.asking_since is not None else now
         self.asking_since = None
+        if seconds <= 0:  # no audio (word timings, the end, any piece of a whole-file job): nothing was waited for
+            self.last_sent_at = now
+            return 0.0
         stall = 0.0
         if self.ends_at is None or (input_waited_at is not None and input_waited_at >= self.ends_at):
             self.ends_at = now + seconds
@@ -109,22 +116,46 @@ PRIOR_GPU_S_PER_AUDIO_S = 1.0
 """Assumed before any step is measured: no faster than real time, so a cold engine takes one long stream at a time."""
 
 
+MIN_OVERLAP_STEPS = 3
+"""Steps measured beside others before their slowdown counts: until then k steps at once are assumed to take k
+times as long each (nothing gained by running them together)."""
+
+
 @dataclass
 class EngineSpeed:
     """GPU seconds and audio seconds per character of one engine, the median of its last steps (a step that also
-    loaded the model or prepared a voice does not skew it); a pessimistic prior until the first step."""
+    loaded the model or prepared a voice does not skew it); a pessimistic prior until the first step. Steps that ran
+    beside others are kept apart, by how many ran at once: they measure the engine's speed under overlap."""
 
     window: int = 16
     _gpu: collections.deque[float] = field(default_factory=collections.deque)
     _audio: collections.deque[float] = field(default_factory=collections.deque)
+    _overlapped: dict[int, collections.deque[float]] = field(default_factory=dict)
+    """GPU seconds per character of steps that ran with k steps at once on average (k >= 2)."""
 
-    def learn(self, chars: int, gpu_s: float, audio_s: float) -> None:
+    def learn(self, chars: int, gpu_s: float, audio_s: float, overlap: float = 1.0) -> None:
+        """One step of `chars` characters took `gpu_s` and made `audio_s` of audio, with `overlap` steps running at
+        once on average while it ran (itself included)."""
         if chars <= 0 or gpu_s <= 0 or audio_s <= 0:
             return
-        for samples, value in ((self._gpu, gpu_s / chars), (self._audio, audio_s / chars)):
+        at_once = max(1, round(overlap))
+        gpu = self._gpu if at_once == 1 else self._overlapped.setdefault(at_once, collections.deque())
+        for samples, value in ((gpu, gpu_s / chars), (self._audio, audio_s / chars)):
             samples.append(value)
             if len(samples) > self.window:
                 samples.popleft()
+
+    def slowdown(self, lanes: int) -> tuple[float, ...]:
+        """For k = 1 .. `lanes` steps at once, how much longer each takes than alone: measured (the median), else k
+        (nothing gained). A slowdown below 1 is noise: 1."""
+        factors = [1.0]
+        for at_once in range(2, lanes + 1):
+            samples = self._overlapped.get(at_once, ())
+            if self._gpu and len(samples) >= MIN_OVERLAP_STEPS:
+                factors.append(max(1.0, statistics.median(samples) / self.gpu_s_per_char))
+            else:
+                factors.append(float(at_once))
+        return tuple(factors)
 
     @property
     def known(self) -> bool:
@@ -149,6 +180,29 @@ class EngineSpeed:
         return self.gpu_s_per_char / self.audio_s_per_char
 
 
+@dataclass(frozen=True)
+class Pool:
+    """The lanes of the GPU thread: how many steps its engine runs at once, and how much longer each takes then."""
+
+    slowdown: tuple[float, ...] = (1.0,)
+    """slowdown[k - 1]: a step's time when k steps run at once, over its time alone."""
+    short_lead: float = 0.0
+    """A started stream holding at least this much audio takes the first of its step's short steps (its `splits`),
+    the rest later (`FairQueue.cut_step`); 0: whole steps always."""
+
+    @property
+    def lanes(self) -> int:
+        return len(self.slowdown)
+
+    @property
+    def capacity(self) -> float:
+        """Work done per second at best, in seconds of steps run alone: 1 for a single lane."""
+        return max(at_once / factor for at_once, factor in enumerate(self.slowdown, 1))
+
+
+ONE_LANE = Pool()
+
+
 @dataclass
 class StreamDemand:
     """One stream as admission sees it: its steps left and what its listener has in hand."""
@@ -160,6 +214,9 @@ class StreamDemand:
     """Seconds the listener has left (see Playback.in_hand); None when the stream has not started."""
     arrival: float = 0.0
     """Streams not yet started take their first step in this order (ties: by id)."""
+    splits: list[tuple[float, ...]] = field(default_factory=list)
+    """For each step left, the shares of it its short steps would take (`FairQueue.cut_step`), in order; empty (or a
+    single share, or none given): it cannot be cut short."""
 
     @property
     def real_time_factor(self) -> float:
@@ -184,11 +241,18 @@ class Simulation:
 
 
 def simulate(
-    streams: list[StreamDemand], busy_for: float = 0.0, running: int | None = None, until: float = HORIZON_S
+    streams: list[StreamDemand],
+    under_way: Sequence[tuple[float, int | None]] = (),
+    until: float = HORIZON_S,
+    pool: Pool = ONE_LANE,
 ) -> Simulation:
-    """Serve `streams` the way the scheduler does, from now (0) until `until`; `busy_for` seconds are left of the
-    step under way, which is the first unit of stream `running`, or other work when `running` is None."""
+    """Serve `streams` the way the scheduler does, from now (0) until `until`, on `pool`'s lanes. `under_way`: the
+    steps running now, each as (seconds left, the stream whose first unit it is, or None for other work); a free
+    lane takes the most urgent stream not being served, a step that starts beside others takes as much longer as
+    the pool says (but a first step, with all the threads, takes its time alone), and nothing starts beside a first
+    step once it has."""
     left = {s.id: collections.deque(s.units) for s in streams}
+    splits = {s.id: collections.deque(s.splits or [()] * len(s.units)) for s in streams}
     ends = {s.id: s.in_hand for s in streams}
     arrival = {s.id: s.arrival for s in streams}
     underrun = {s.id: 0.0 for s in streams}
@@ -197,6 +261,7 @@ def simulate(
 
     def produce(sid: int, at: float) -> None:
         audio = left[sid].popleft()[1]
+        splits[sid].popleft()
         end = ends[sid]
         if end is None:
             ends[sid] = at + audio
@@ -211,31 +276,59 @@ def simulate(
         end = ends[sid]
         return (0, arrival[sid], sid) if end is None else (1, end, sid)
 
-    now = busy_for
-    if running is not None and left.get(running):
-        if ends[running] is None:
-            start_wait[running] = 0.0
-        produce(running, now)
-    queue = [urgency(sid) for sid, units in left.items() if units]
+    order = itertools.count()
+    ending: list[tuple[float, int, int | None]] = []  # the steps under way: when each ends, and whose it is
+    alone: int | None = None  # the stream whose first step runs: nothing starts beside it
+    for seconds, sid in under_way[: pool.lanes]:
+        served = sid if sid is not None and left.get(sid) else None
+        if served is not None and ends[served] is None:
+            start_wait[served] = 0.0
+            alone = served
+        heapq.heappush(ending, (seconds, next(order), served))
+    serving = {sid for _, _, sid in ending if sid is not None}
+    queue = [urgency(sid) for sid, units in left.items() if units and sid not in serving]
     heapq.heapify(queue)
-    steps = 0
-    while queue and now < until and steps < MAX_SIMULATED_STEPS:
-        _, _, sid = heapq.heappop(queue)
-        if ends[sid] is None:
-            start_wait[sid] = now
-        now += left[sid][0][0]
-        produce(sid, now)
-        steps += 1
-        if left[sid]:
-            heapq.heappush(queue, urgency(sid))
+    now, steps = 0.0, 0
+    while now < until and steps < MAX_SIMULATED_STEPS:
+        while queue and len(ending) < pool.lanes and alone is None:
+            _, _, sid = heapq.heappop(queue)
+            end = ends[sid]
+            if end is None:
+                start_wait[sid] = now
+                alone = sid
+            gpu, audio = left[sid][0]
+            shares = splits[sid][0]
+            if pool.short_lead and end is not None and end - now >= pool.short_lead and len(shares) > 1:
+                head = shares[0]  # cut short, as the scheduler would: a newcomer would wait for it
+                left[sid][0] = (gpu * (1 - head), audio * (1 - head))
+                splits[sid][0] = tuple(share / (1 - head) for share in shares[1:])
+                left[sid].appendleft((gpu * head, audio * head))
+                splits[sid].appendleft(())
+                gpu *= head
+            # A first step takes all the engine's threads, beside what is left of the steps under way.
+            slowdown = 1.0 if alone == sid else pool.slowdown[len(ending)]
+            heapq.heappush(ending, (now + gpu * slowdown, next(order), sid))
+            steps += 1
+        if not ending:
+            break
+        now, _, sid = heapq.heappop(ending)
+        if sid is not None and sid == alone:
+            alone = None
+        if sid is not None:
+            produce(sid, now)
+            if left[sid]:
+                heapq.heappush(queue, urgency(sid))
     state = [
-        StreamDemand(sid, list(units), None if (end := ends[sid]) is None else end - now, arrival[sid])
+        StreamDemand(
+            sid, list(units), None if (end := ends[sid]) is None else end - now, arrival[sid], list(splits[sid])
+        )
         for sid, units in left.items()
         if units
     ]
     demand = sum(s.real_time_factor for s in state)
-    for stream in state:  # beyond the end each stream gets its share of the thread: done after `demand` x its audio
-        finish[stream.id] = now + max(demand, 1.0) * sum(audio for _, audio in stream.units)
+    # Beyond the end each stream gets its share of the pool: done after demand / capacity x its audio.
+    for stream in state:
+        finish[stream.id] = now + max(demand / pool.capacity, 1.0) * sum(audio for _, audio in stream.units)
     return Simulation(now, underrun, start_wait, finish, demand, state)
 
 
@@ -253,39 +346,49 @@ def admission(
     admitted: list[StreamDemand],
     candidate: StreamDemand,
     *,
-    busy_for: float = 0.0,
-    running: int | None = None,
+    under_way: Sequence[tuple[float, int | None]] = (),
+    pool: Pool = ONE_LANE,
     max_start_wait: float,
 ) -> Refusal | None:
     """Whether `candidate` may join `admitted` (None), or why not and when it would be admitted.
 
     Refused when, in the simulation, it would make an admitted stream that kept ahead of its listener run dry, run
-    dry itself where alone it would not, raise the demand still running at the horizon above the whole GPU thread,
-    or start its first step more than `max_start_wait` after the step under way. Retry-After: the first of a few
-    instants (`RETRY_PROBES_S`) at which the same check passes against the admitted streams as they will be then.
+    dry itself where alone it would not, raise the demand still running at the horizon above what the pool's lanes
+    can do, or start its first step more than `max_start_wait` after the steps under way. Retry-After: the first of
+    a few instants (`RETRY_PROBES_S`) at which the same check passes against the admitted streams as they will be
+    then.
     """
-    reason = _refusal(admitted, candidate, busy_for, running, max_start_wait)
+    reason = _refusal(admitted, candidate, under_way, pool, max_start_wait)
     if reason is None:
         return None
     for probe in RETRY_PROBES_S:
-        later = simulate(admitted, busy_for, running, until=probe)
-        if _refusal(later.state, candidate, 0.0, None, max_start_wait) is None:
+        later = simulate(admitted, under_way, until=probe, pool=pool)
+        if _refusal(later.state, candidate, (), pool, max_start_wait) is None:
             return Refusal(reason, later.at)
-    latest = simulate(admitted, busy_for, running)
+    latest = simulate(admitted, under_way, pool=pool)
     need = candidate.real_time_factor
     finishes = sorted(latest.finish.values())
+    capacity = pool.capacity
     by_demand = next(
-        (t for t in finishes if sum(s.real_time_factor for s in latest.state if latest.finish[s.id] > t) + need <= 1),
+        (
+            t
+            for t in finishes
+            if sum(s.real_time_factor for s in latest.state if latest.finish[s.id] > t) + need <= capacity
+        ),
         finishes[-1] if finishes else HORIZON_S,
     )
     return Refusal(reason, max(HORIZON_S, by_demand))
 
 
 def _refusal(
-    admitted: list[StreamDemand], candidate: StreamDemand, busy_for: float, running: int | None, max_start_wait: float
+    admitted: list[StreamDemand],
+    candidate: StreamDemand,
+    under_way: Sequence[tuple[float, int | None]],
+    pool: Pool,
+    max_start_wait: float,
 ) -> str | None:
-    without = simulate(admitted, busy_for, running)
-    joined = simulate([*admitted, candidate], busy_for, running)
+    without = simulate(admitted, under_way, pool=pool)
+    joined = simulate([*admitted, candidate], under_way, pool=pool)
     cid = candidate.id
     if any(
         without.underrun[s.id] <= UNDERRUN_TOLERANCE_S < joined.underrun[s.id] - without.underrun[s.id]
@@ -294,12 +397,19 @@ def _refusal(
         pushed = sum(joined.underrun[s.id] - without.underrun[s.id] > UNDERRUN_TOLERANCE_S for s in admitted)
         return f"{pushed} admitted stream(s) would run dry"
     # What the candidate would suffer or need even alone is no reason to refuse it.
-    alone = simulate([candidate], busy_for) if joined.underrun[cid] or joined.demand_after > 1.0 else None
+    capacity = pool.capacity
+    alone = (
+        simulate([candidate], [(t, None) for t, _ in under_way], pool=pool)
+        if joined.underrun[cid] or joined.demand_after > capacity
+        else None
+    )
     if alone is not None and joined.underrun[cid] > alone.underrun[cid] + UNDERRUN_TOLERANCE_S:
         return f"it would run dry for {joined.underrun[cid]:.1f} s"
-    if alone is not None and joined.demand_after > max(1.0, alone.demand_after, without.demand_after) + 1e-9:
+    if alone is not None and joined.demand_after > max(capacity, alone.demand_after, without.demand_after) + 1e-9:
         return f"the streams would need {joined.demand_after:.2f}x the GPU thread"
-    wait = joined.start_wait.get(cid, joined.at) - busy_for
+    # Counted from when the first lane frees (a lane free now: from now), not from the end of every step under way.
+    first_free = min((t for t, _ in under_way), default=0.0) if len(under_way) >= pool.lanes else 0.0
+    wait = joined.start_wait.get(cid, joined.at) - first_free
     if wait > max_start_wait:
         return f"its first audio would wait {wait:.1f} s behind other streams"
     return None

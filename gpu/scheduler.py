@@ -1,8 +1,9 @@
 """The scheduler: the fair queue driving the GPU thread, one step of one job at a time.
 
 It admits jobs into the queue (`gpu.fairness.FairQueue`), hands the GPU thread (`gpu.gpu_thread.GpuThread`) the
-step of the job the queue picks, delivers each audio piece to the job's reader as it is produced, charges the
-step's GPU time to the job's key, and drops cancelled jobs before their next step."""
+step of the job the queue picks (to a lane, for an engine that runs several steps at once), cuts a stream's step
+short where the queue says, delivers each audio piece to the job's reader as it is produced, charges the step's GPU
+time to the job's key and learns the engine's speed from it, and drops cancelled jobs before their next step."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from errors import ServiceError
+from gpu import lanes
 from gpu.fairness import FairnessPolicy, FairQueue
 from gpu.gpu_thread import GpuThread, Step
 from gpu.jobs import DONE, Job
@@ -22,11 +24,19 @@ log = logging.getLogger("polytts.scheduler")
 
 
 class Scheduler:
-    """The fair queue driving the GPU thread: admission, one step at a time, cancellation before the next step."""
+    """The fair queue driving the GPU thread: admission, one step at a time (a few at once on an engine's lanes),
+    cancellation before the next step."""
 
-    def __init__(self, gpu: GpuThread, policy: FairnessPolicy, resident: Callable[[], Collection[str]]) -> None:
+    def __init__(
+        self,
+        gpu: GpuThread,
+        policy: FairnessPolicy,
+        resident: Callable[[], Collection[str]],
+        lanes: Callable[[str], int] = lambda engine: 1,
+    ) -> None:
+        """`lanes`: how many steps an engine runs at once (its steps then run on the GPU thread's lanes)."""
         self.gpu = gpu
-        self.queue = FairQueue(policy)
+        self.queue = FairQueue(policy, lanes=lanes)
         self.resident = resident
         gpu.attach(self._next_step)
 
@@ -55,24 +65,31 @@ class Scheduler:
 
     def _next_step(self) -> Step | None:
         job = self.queue.pick(self.resident())
-        return (lambda: self._step(job)) if job is not None else None
+        if job is None:
+            return None
+        beside = self.queue.runs_beside(job)
+        alongside = self.queue.lanes(job.engine) > 1 and not job.cancelled.is_set()
+        return Step(lambda: self._step(job, beside), alongside=alongside)
 
-    def _step(self, job: Job) -> None:
-        """Run one step of `job` on the GPU thread, handing each piece over as it is produced."""
+    def _step(self, job: Job, beside: bool = False) -> None:
+        """Run one step of `job` on the GPU thread (or a lane, `beside` other steps or alone), handing each piece over
+        as it is produced."""
         began = time.perf_counter()
         ending: Any = None  # how the job ends with this step, if it does
         audio_s: float | None = None  # audio of a step that ran to its end
         try:
-            ending, audio_s = self._run_unit(job, began)
+            self.queue.cut_step(job)
+            with lanes.running(beside):
+                ending, audio_s = self._run_unit(job, began)
         except Exception as exc:  # handed to the request
             ending = exc
         finally:
             # Accounted before the job's end is delivered, so its timings include this step.
             spent = time.perf_counter() - began
             job.gpu_seconds += spent
-            self.queue.charge(job, spent)
+            overlap = self.queue.charge(job, spent)
             if audio_s:
-                self.queue.learn(job, spent, audio_s)
+                self.queue.learn(job, spent, audio_s, overlap)
             if ending is not None:
                 self._finish(job, ending)
 

@@ -176,6 +176,7 @@ def fairness_policy(settings: Settings) -> FairnessPolicy:
         retry_after=settings.retry_after_seconds,
         stream_admission=settings.stream_admission,
         stream_gpu_share=settings.stream_gpu_share,
+        short_step_s=settings.short_step_s,
         stream_max_start_wait_s=settings.stream_max_start_wait_s,
         slow_reader_lag_s=settings.slow_reader_lag_s,
         reader_idle_limit_s=settings.reader_idle_limit_s,
@@ -193,7 +194,12 @@ def build_service(settings: Settings) -> Service:
     # Read at scrape time, once the scheduler and the pool below exist.
     metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status())
     pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, metrics)
-    scheduler = Scheduler(gpu, fairness_policy(settings), lambda: pool.manager.resident())
+    scheduler = Scheduler(
+        gpu,
+        fairness_policy(settings),
+        lambda: pool.manager.resident(),
+        lanes=lambda engine: pool.engines[engine].steps_at_once,
+    )
     registry = VoiceRegistry(
         settings.voices_dir,
         families=FAMILIES,

@@ -9,6 +9,7 @@ line with its timings and one count in `polytts_requests_total` with its outcome
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import dataclasses
@@ -37,7 +38,7 @@ from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from pcm_cache import PcmCache
 from settings import Settings
-from text.chunking import Chunk, PhraseSegmenter, is_speakable, normalize_text
+from text.chunking import Chunk, PhraseSegmenter, cut_short, is_speakable, normalize_text
 from text.languages import resolve_language
 from text.live_text import LiveText
 from text.scripts import unreadable_scripts
@@ -98,17 +99,43 @@ class ChunkSource(Protocol):
 
 
 class PlannedChunks:
-    """The chunks of a text planned whole (`chunk_text`): all known, always ready."""
+    """The chunks of a text planned whole (`chunk_text`): all known, always ready; the next one may be cut short at
+    one of its clauses (`shorten`) when the scheduler wants a shorter step."""
 
     def __init__(self, chunks: list[Chunk]) -> None:
         self.unit_chars = tuple(len(chunk.text) for chunk in chunks)
-        self._next = iter((chunk, index == len(chunks) - 1) for index, chunk in enumerate(chunks))
+        self._chunks = collections.deque(chunks)
 
     def ready(self) -> bool:
         return True
 
     def take(self) -> tuple[Chunk, bool] | None:
-        return next(self._next, None)
+        if not self._chunks:
+            return None
+        chunk = self._chunks.popleft()
+        return chunk, not self._chunks
+
+    def shorten(self, max_chars: int) -> tuple[int, int] | None:
+        """Cut the next chunk after its leading clauses within `max_chars` (`cut_short`): the characters of the two
+        chunks it becomes; None where it cannot be."""
+        cut = cut_short(self._chunks[0], max_chars) if self._chunks else None
+        if cut is None:
+            return None
+        head, rest = cut
+        self._chunks[0] = rest
+        self._chunks.appendleft(head)
+        return len(head.text), len(rest.text)
+
+    def cut_steps(self, max_chars: int) -> list[tuple[int, ...]]:
+        """For each chunk not taken yet, the characters of the steps it becomes when `shorten` cuts it at each."""
+        steps = []
+        for chunk in tuple(self._chunks):  # a copy: the GPU thread may be taking one
+            sizes = []
+            while (cut := cut_short(chunk, max_chars)) is not None:
+                sizes.append(len(cut[0].text))
+                chunk = cut[1]
+            steps.append((*sizes, len(chunk.text)))
+        return steps
 
 
 @dataclass(frozen=True)
@@ -699,13 +726,17 @@ class SynthesisService:
             unit_chars=chunks.unit_chars,
             client=ctx.client,
             ready=chunks.ready,
+            # Live phrases are cut as the text arrives; a planned text's chunks may be cut short again.
+            shorten=chunks.shorten if isinstance(chunks, PlannedChunks) else None,
+            cuts=chunks.cut_steps if isinstance(chunks, PlannedChunks) else None,
             close_connection=ctx.close_connection,
         )
         return self.scheduler.submit(job)
 
     async def _generated(self, plan: Plan, job: Job, timings: Timings) -> AsyncGenerator[bytes | Words, None]:
         """s16le PCM pieces (and word timings) as the GPU thread produces them; the audio is cached whole only when
-        the synthesis completed."""
+        the synthesis completed (under its request's key, even where the scheduler cut a step short: the same
+        request must find it)."""
         pieces: list[bytes] = []
         outcome = "cancelled"
         try:

@@ -13,7 +13,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, overload
 
 # --- where text may be cut --------------------------------------------------------------------------------------
@@ -32,6 +32,9 @@ class Chunk:
     written: str | None = None
     """The text as written that `text` speaks, where the two differ ("$4.50" for "four dollars and fifty cents"):
     word timings name its words."""
+    parts: tuple[Chunk, ...] = field(default=(), compare=False, repr=False)
+    """The clauses the chunk packs, in order, each ended by its own boundary (empty: a single clause): where a step
+    may end early (`cut_short`)."""
 
 
 _CLOSERS = "\"'”’»)\\]}」』）】〕〉》"
@@ -328,7 +331,51 @@ def _chunk(text: str, pieces: Sequence[_Piece], written: Callable[[int, int], st
     start, end = pieces[0].start, pieces[-1].end
     spoken = _clean(text[start:end])
     as_written = _clean(written(start, end)) if written is not None else spoken
-    return Chunk(spoken, pieces[-1].pause, None if as_written == spoken else as_written)
+    parts = tuple(_chunk(text, [piece], written) for piece in pieces) if len(pieces) > 1 else ()
+    return Chunk(spoken, pieces[-1].pause, None if as_written == spoken else as_written, parts)
+
+
+def cut_short(chunk: Chunk, max_chars: int) -> tuple[Chunk, Chunk] | None:
+    """The chunk as two shorter ones: its leading clauses packed up to `max_chars` (its first clause at least) and
+    the rest; None when it is a single clause, or when the rest would be shorter than half of `max_chars` (every step
+    costs the model's padding and set-up: one that spares so little is not worth it). It is cut only after
+    one of its own clauses or sentences, where chunking may cut anyway, so no cut falls inside a phrase; joined, the
+    two give the chunk back."""
+    parts = chunk.parts
+    if len(parts) < 2:
+        return None
+    count = 1
+    while count < len(parts) - 1 and len(" ".join(p.text for p in parts[: count + 1])) <= max_chars:
+        count += 1
+    spoken = _split_at(chunk.text, [p.text for p in parts], count)
+    if spoken is None or 2 * len(spoken[1]) < max_chars:
+        return None
+    written: tuple[str | None, str | None] = (None, None)
+    if chunk.written is not None:
+        found = _split_at(chunk.written, [p.text if p.written is None else p.written for p in parts], count)
+        if found is None:
+            return None
+        written = found
+    head, rest = parts[:count], parts[count:]
+    return (
+        Chunk(spoken[0], head[-1].pause, None if written[0] == spoken[0] else written[0], head if count > 1 else ()),
+        Chunk(spoken[1], chunk.pause, None if written[1] == spoken[1] else written[1], rest if len(rest) > 1 else ()),
+    )
+
+
+def _split_at(whole: str, pieces: list[str], count: int) -> tuple[str, str] | None:
+    """`whole`, the `pieces` in order with a space or nothing between them, cut before piece `count`; None when the
+    pieces do not make it up."""
+    pos, cut = 0, 0
+    for index, piece in enumerate(pieces):
+        if not whole.startswith(piece, pos) and whole.startswith(" " + piece, pos):
+            pos += 1
+        if not whole.startswith(piece, pos):
+            return None
+        if index == count:
+            cut = pos
+        pos += len(piece)
+    return (whole[:cut].rstrip(), whole[cut:]) if pos == len(whole) else None
 
 
 def _caps(first_chunk_chars: int, max_chunk_chars: int) -> tuple[int, int, int]:

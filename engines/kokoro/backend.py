@@ -24,6 +24,9 @@ class KokoroBackend(ABC):
 
     name: BackendName
     device: str
+    lanes: int = 1
+    """Inferences it may run at once, from several threads (ONNX Runtime on a CPU node); 1: one at a time, on the
+    GPU thread."""
 
     @property
     @abstractmethod

@@ -42,6 +42,14 @@ class KokoroSettings(EngineSettings):
     onnx_threads: int = Field(0, ge=0, le=256)
     """ONNX Runtime intra-op threads; 0 uses every core."""
 
+    onnx_parallel_steps: int = Field(0, ge=0, le=16)
+    """Steps of different requests ONNX Runtime may synthesize at once on a CPU node, beside each other with
+    POLYTTS_ONNX_THREADS split between them (a step that runs alone keeps every thread); admission learns how much
+    more audio per second that makes. It costs a second ONNX Runtime session, about 120 MB. 0: one per 4 threads, up
+    to 4 (so one at a time on fewer than 8 cores: on two, two at once make about 12 % more audio per second, but a
+    newcomer then waits about a second longer behind two slowed steps); 1: one step at a time. The PyTorch and MLX
+    backends always run one step at a time, on the GPU thread."""
+
     mlx_kokoro_model: str = "mlx-community/Kokoro-82M-bf16"
     """MLX runtime: Kokoro weights (hub id or local folder)."""
 

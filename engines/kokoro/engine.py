@@ -10,6 +10,7 @@ when the engine first loads.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +73,7 @@ class KokoroEngine(Engine):
         mlx_model: str = "",
         mlx_cache_mb: int = 0,
         threads: int = 0,
+        parallel_steps: int = 1,
         max_packs: int = 64,
         caps: EngineCaps,
     ) -> None:
@@ -82,6 +84,7 @@ class KokoroEngine(Engine):
         self.mlx_model = mlx_model
         self.mlx_cache_mb = mlx_cache_mb
         self.threads = threads
+        self.parallel_steps = parallel_steps
         self.caps = caps
         self.backend: KokoroBackend | None = None
         # Deciding `auto` may need torch's view of the GPU; importing torch waits for the first load (bind first).
@@ -89,6 +92,9 @@ class KokoroEngine(Engine):
         if backend != "auto" or mlx or not torch_installed():
             self.backend = self._make_backend(choose_backend(backend, None, mlx))
         self.g2p: G2P | None = None
+        self._text_lock = threading.RLock()  # a blend prepares its parts within its own preparation
+        """With steps at once (`steps_at_once`), the G2P (espeak-ng is not thread-safe) and the voice cache take
+        one step at a time; the inferences themselves overlap."""
         self.stock = StockVoices()
         self._voices: PreparedVoices[np.ndarray] = PreparedVoices(
             self.name, max_packs, setting="POLYTTS_KOKORO_MAX_PACKS_MEM"
@@ -98,7 +104,7 @@ class KokoroEngine(Engine):
         if name == "onnx":
             from engines.kokoro.onnx_backend import OnnxBackend
 
-            return OnnxBackend(self.onnx_dir, self.threads)
+            return OnnxBackend(self.onnx_dir, self.threads, self.parallel_steps)
         if name == "mlx":
             from engines.kokoro.mlx_backend import MlxKokoroBackend
 
@@ -118,6 +124,10 @@ class KokoroEngine(Engine):
     @property
     def loaded(self) -> bool:
         return self.backend is not None and self.backend.loaded
+
+    @property
+    def steps_at_once(self) -> int:
+        return self.backend.lanes if self.backend is not None else 1
 
     def _chosen_backend(self) -> KokoroBackend:
         if self.backend is None:
@@ -156,7 +166,8 @@ class KokoroEngine(Engine):
     def prepare_voice(self, voice: VoiceRef) -> np.ndarray:
         """The style pack of a voice, resolved once (blends mixed once) and kept while it is among the
         POLYTTS_KOKORO_MAX_PACKS_MEM most recently used; one pushed out is resolved again when next used."""
-        return self._voices.get(_voice_key(voice), lambda: self._resolve(voice))
+        with self._text_lock:
+            return self._voices.get(_voice_key(voice), lambda: self._resolve(voice))
 
     def _resolve(self, voice: VoiceRef) -> np.ndarray:
         assert self.backend is not None
@@ -208,16 +219,17 @@ class KokoroEngine(Engine):
     ) -> Iterator[tuple[np.ndarray, list[WordTiming]]]:
         assert isinstance(voice, np.ndarray) and self.backend is not None and self.g2p is not None
         g2p, language, backend = self.g2p, options.language, self.backend
-        phonemes = g2p.phonemize(text, language)  # already as spoken (`spoken_text`): never normalized twice
         clock = None
-        if timed:  # words as written, each read as the model reads it ("$4.50" spans all it is spoken as)
-            tokens = "".join(p for p in phonemes if p in backend.vocab)
-            spans = align_words(
-                text if written is None else written,
-                tokens,
-                lambda word: g2p.phonemize(self.spoken_text(word, options).text, language),
-            )
-            clock = WordClock(spans, self.sample_rate, offset)
+        with self._text_lock:
+            phonemes = g2p.phonemize(text, language)  # already as spoken (`spoken_text`): never normalized twice
+            if timed:  # words as written, each read as the model reads it ("$4.50" spans all it is spoken as)
+                tokens = "".join(p for p in phonemes if p in backend.vocab)
+                spans = align_words(
+                    text if written is None else written,
+                    tokens,
+                    lambda word: g2p.phonemize(self.spoken_text(word, options).text, language),
+                )
+                clock = WordClock(spans, self.sample_rate, offset)
         speed = float(options.params.get("speed", 1.0))
         for window in self._token_windows(phonemes):
             audio, durations = backend.infer_timed(window, voice[len(window) - 1], speed)
@@ -271,6 +283,7 @@ def build(settings: KokoroSettings, context: EngineContext) -> KokoroEngine:
         mlx_model=settings.mlx_kokoro_model,
         mlx_cache_mb=context.mlx_cache_mb,
         threads=settings.onnx_threads,
+        parallel_steps=settings.onnx_parallel_steps,
         max_packs=settings.kokoro_max_packs_mem,
         caps=EngineCaps(first_chunk_chars=context.first_chunk_chars, max_chunk_chars=context.chunk_chars),
     )

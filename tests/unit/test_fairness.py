@@ -14,6 +14,8 @@ from errors import Busy
 from gpu.fairness import MAX_RETRY_AFTER_S, OTHER_KEYS, PROMISE_MARGIN, FairnessPolicy, FairQueue
 from gpu.jobs import Job
 from gpu.playback import EngineSpeed
+from lifecycle.synthesis import PlannedChunks
+from text.chunking import Chunk, chunk_text
 
 
 class Clock:
@@ -280,6 +282,7 @@ def test_other_engine_is_served_at_once_when_the_resident_one_has_no_ready_work(
     kok = queue.add(fake_job(loop, "a", engine="kokoro"))
     kok.delivered = 1  # its reader is behind: it cannot step
     assert queue.pick({"kokoro"}) is vox
+    queue.charge(vox, 0.0)
     assert queue.pick(set()) is vox  # nothing resident: plain fairness
 
 
@@ -400,8 +403,10 @@ def test_a_job_with_a_full_buffer_is_not_picked(loop: asyncio.AbstractEventLoop)
     queue.charge(other, 50.0)  # "b" is far behind on fairness
     slow.delivered, slow.consumed = 2, 0
     assert queue.pick({"kokoro"}) is other
+    queue.charge(other, 0.0)
     slow.consumed = 1  # its reader caught up by one piece
     assert queue.pick({"kokoro"}) is slow
+    queue.charge(slow, 0.0)
     slow.delivered = 3
     queue.remove(other)
     assert queue.pick({"kokoro"}) is None  # nothing can step
@@ -415,6 +420,7 @@ def test_a_job_past_its_deadline_is_cancelled_and_still_returned(loop: asyncio.A
     job = queue.add(fake_job(loop, "a", deadline=105.0))
     clock.advance(4.9)
     assert queue.pick({"kokoro"}) is job
+    queue.charge(job, 0.0)
     assert not job.cancelled.is_set() and job.cancel_reason is None
     clock.advance(0.1)
     assert queue.pick({"kokoro"}) is job
@@ -521,6 +527,7 @@ def serve(queue: FairQueue, clock: Clock, resident: Iterable[str] = ("kokoro",))
     """Pick, run one step (its GPU time on the fake clock), hand its audio to a reader who takes it at once."""
     job = queue.pick(set(resident))
     assert job is not None
+    queue.cut_step(job)  # as the scheduler does before each step
     chars = job.chars_left()[0] if job.chars_left() else job.chars
     seconds = chars * GPU_PER_CHAR
     clock.advance(seconds)
@@ -577,8 +584,10 @@ def test_a_stream_ahead_of_its_listener_yields_to_one_near_underrun_and_to_whole
     queue.charge(whole, 2.4)
     queue.remove(whole)
     assert queue.pick({"kokoro"}) is near  # with nothing else to do, streams step ahead, the least ahead first
+    queue.charge(near, 0.0)
     clock.advance(20.0)  # 21 s and 30 s in hand are now 1 s and 10 s
     assert queue.pick({"kokoro"}) is near
+    queue.charge(near, 0.0)
     near.playback.delivered(50.0)
     near.playback.sent(50.0, produced_at=clock(), now=clock())
     assert queue.pick({"kokoro"}) is ahead
@@ -605,7 +614,7 @@ def advance_serving(queue: FairQueue, clock: Clock, until: float) -> None:
         if queue.pick({"kokoro"}) is None:
             clock.now = until
             return
-        queue.current = None
+        queue.running.clear()  # that pick was a look: serve picks again
         serve(queue, clock)
 
 
@@ -698,7 +707,13 @@ def test_before_its_first_step_an_engine_is_assumed_no_faster_than_real_time(loo
     first.playback.sent(40 * AUDIO_PER_CHAR, produced_at=clock(), now=clock())
     queue.charge(first, 40 * GPU_PER_CHAR)
     queue.learn(first, 40 * GPU_PER_CHAR, 40 * AUDIO_PER_CHAR)  # measured: 0.3 GPU seconds per audio second
-    assert queue.stats()["streams"]["speed"]["kokoro"] == {"gpu_s_per_audio_s": 0.303, "audio_s_per_char": 0.066}
+    assert queue.stats()["streams"]["speed"]["kokoro"] == {
+        "gpu_s_per_audio_s": 0.303,
+        "audio_s_per_char": 0.066,
+        "steps_at_once": 1,
+        "slowdown": [1.0],
+        "capacity": 1.0,
+    }
     advance_serving(queue, clock, 15.0)
     assert short.units_done == 1
     assert queue.add(stream_job(loop, "b", units=[60] + [120] * 20)) is not None
@@ -924,3 +939,271 @@ def test_until_the_speed_is_settled_no_client_is_told_to_wait_longer_than_the_re
     assert max(retries) == pytest.approx(MAX_RETRY_AFTER_S) and retries == sorted(retries)
     measured(queue, steps=EngineSpeed.window)  # a whole window of steps: the estimate is trusted as far as it goes
     assert refused_retries(queue, loop, 1)[0] > MAX_RETRY_AFTER_S
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# short steps and lanes
+# --------------------------------------------------------------------------------------------------------------------
+
+HARBOUR = (
+    "The harbour opens at dawn as the light comes up. Fishing boats leave first, the ferries "
+    "follow them out, and the cargo ships wait for the tide to turn. By noon the quay is quiet again, and the gulls "
+    "have it to themselves."
+)
+
+
+def planned_stream(
+    queue: FairQueue, loop: asyncio.AbstractEventLoop, key: str, text: str = HARBOUR
+) -> tuple[Job, PlannedChunks]:
+    """A stream of a real text admitted, planned as the service plans it (60 then 120 characters): its steps can be
+    cut short."""
+    chunks = PlannedChunks(chunk_text(text, 60, 120))
+    job = Job(
+        engine="kokoro",
+        chars=sum(chunks.unit_chars),
+        steps=fake_steps,
+        loop=loop,
+        key=key,
+        streaming=True,
+        sample_rate=RATE,
+        unit_chars=chunks.unit_chars,
+        shorten=chunks.shorten,
+        cuts=chunks.cut_steps,
+    )
+    return queue.add(job), chunks
+
+
+def take_step(queue: FairQueue, clock: Clock, job: Job, chunks: PlannedChunks) -> Chunk:
+    """The step `serve` would run for `job` (it must be the one picked), with the chunk its chunk source gives."""
+    assert serve(queue, clock) is job
+    taken = chunks.take()
+    assert taken is not None
+    return taken[0]
+
+
+def test_a_stream_ahead_of_its_listener_takes_short_steps_cut_after_a_clause(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(short_step_s=0.8), clock))  # 0.8 s of GPU time: 40 characters here
+    job, chunks = planned_stream(queue, loop, "a")
+    planned = list(chunks.unit_chars)
+    first = take_step(queue, clock, job, chunks)
+    assert first.text == "The harbour opens at dawn as the light comes up."
+    # 3.2 s in hand: the next chunk (102 characters, 2 s) is cut after its first clause, then after its second
+    steps = [take_step(queue, clock, job, chunks) for _ in range(3)]
+    assert [(c.text, c.pause) for c in steps] == [
+        ("Fishing boats leave first,", "clause"),
+        ("the ferries follow them out,", "clause"),
+        ("and the cargo ships wait for the tide to turn.", "sentence"),
+    ]
+    assert job.unit_chars[:4] == (planned[0], 26, 28, 46) and job.units_total == len(job.unit_chars)
+
+
+def test_a_stream_running_low_takes_its_whole_chunk_and_beside_another_step_a_shorter_one(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(short_step_s=0.8), clock, lanes=lambda engine: 2))
+    job, chunks = planned_stream(queue, loop, "a")
+    take_step(queue, clock, job, chunks)
+    clock.advance(3.0)  # its listener now holds 0.2 s: less than two short steps
+    assert take_step(queue, clock, job, chunks).text == (
+        "Fishing boats leave first, the ferries follow them out, and the cargo ships wait for the tide to turn."
+    )
+    queue.add(fake_job(loop, "b", chars=120))
+    assert queue.pick({"kokoro"}) is job and queue.runs_beside(job) and queue.cut_step(job)
+    # Beside the batch step two steps at once take twice as long (nothing measured yet): 0.4 s alone, 20 characters.
+    assert job.unit_chars[2:] == (32, 36)
+
+
+def test_first_steps_whole_file_steps_and_single_clauses_are_never_cut(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(short_step_s=0.1), clock))
+    plain = "Go now. Every word of this sentence belongs to one phrase so nothing in it can be cut at all."
+    job, chunks = planned_stream(queue, loop, "a", HARBOUR)
+    assert take_step(queue, clock, job, chunks) == chunk_text(HARBOUR, 60, 120)[0]  # the first step: the newcomer's
+    assert job.unit_chars == tuple(len(c.text) for c in chunk_text(HARBOUR, 60, 120))
+    queue.remove(job)
+    whole = PlannedChunks(chunk_text(HARBOUR, 60, 120))
+    batch = Job(
+        engine="kokoro",
+        chars=len(HARBOUR),
+        steps=fake_steps,
+        loop=loop,
+        key="b",
+        sample_rate=RATE,
+        unit_chars=whole.unit_chars,
+        shorten=whole.shorten,
+    )
+    queue.add(batch)
+    for _ in range(2):
+        assert queue.pick({"kokoro"}) is batch and not queue.cut_step(batch)  # a whole-file job keeps its chunks
+        queue.charge(batch, 0.0)
+        batch.units_done += 1
+    assert batch.unit_chars == whole.unit_chars
+    queue.remove(batch)
+    lone, clauses = planned_stream(queue, loop, "c", plain)
+    take_step(queue, clock, lone, clauses)
+    assert take_step(queue, clock, lone, clauses).text.startswith("Every word")  # one clause: nowhere to cut
+    short_clause, rest = planned_stream(queue, loop, "d", "Stop. A phrase that is one clause only.")
+    take_step(queue, clock, short_clause, rest)
+    assert take_step(queue, clock, short_clause, rest).text == "A phrase that is one clause only."
+
+
+def test_two_lanes_step_two_jobs_at_once_never_one_job_twice_and_measure_the_overlap(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(), clock, lanes=lambda engine: 2 if engine == "kokoro" else 1))
+    a = queue.add(fake_job(loop, "a"))
+    b = queue.add(fake_job(loop, "b"))
+    vox = queue.add(fake_job(loop, "c", engine="voxcpm"))
+    assert queue.pick({"kokoro"}) is a and queue.runs_beside(a)  # b is ready too: both on a share of the threads
+    assert queue.pick({"kokoro"}) is b and queue.runs_beside(b)  # beside it, on the second lane
+    assert queue.pick({"kokoro", "voxcpm"}) is None  # both lanes busy; another engine never runs beside them
+    clock.advance(1.0)
+    assert queue.charge(a, 1.0) == 2.0  # two steps at once all the while
+    assert queue.pick({"kokoro"}) is a  # a lane is free again: its next step
+    clock.advance(1.0)
+    assert queue.charge(b, 2.0) == pytest.approx(2.0)
+    clock.advance(2.0)
+    assert queue.charge(a, 3.0) == pytest.approx(4.0 / 3.0)  # one second beside b, two alone
+    clock.advance(10.0)  # voxcpm's request has waited past the switch bound
+    assert queue.pick({"kokoro"}) is vox  # nothing runs: the switch may happen
+
+
+def test_beside_a_newcomers_first_step_only_streams_about_to_run_dry_start(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(), clock, lanes=lambda engine: 3))
+    streams = []
+    for key, in_hand in (("ahead", 30.0), ("tight", 3.0)):  # next steps of 2.4 s: 27.6 s and 0.6 s to spare
+        job = queue.add(stream_job(loop, key, units=[60] + [120] * 10))
+        job.units_done = 1
+        job.playback.delivered(in_hand)
+        job.playback.sent(in_hand, produced_at=clock(), now=clock())
+        streams.append(job)
+    ahead, tight = streams
+    whole = queue.add(fake_job(loop, "w", chars=120))
+    newcomer = queue.add(stream_job(loop, "n", units=(60, 120)))
+    assert queue.pick({"kokoro"}) is newcomer
+    assert queue.pick({"kokoro"}) is tight  # it could not wait the 1.2 s of the newcomer's first step
+    assert queue.pick({"kokoro"}) is None  # a lane is free, but the first audio keeps the machine's speed
+    clock.advance(1.2)
+    queue.charge(newcomer, 1.2)
+    newcomer.units_done = 1
+    newcomer.playback.delivered(60 * AUDIO_PER_CHAR)
+    newcomer.playback.sent(60 * AUDIO_PER_CHAR, produced_at=clock(), now=clock())
+    assert queue.pick({"kokoro"}) is newcomer  # its second step, soon needed
+    assert queue.pick({"kokoro"}) is whole  # beside later steps any work may run: whole-file work before "ahead"
+
+
+def test_admission_keeps_a_second_stream_out_until_two_steps_at_once_are_measured_faster(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    story = HARBOUR * 8  # about 110 s of audio each, in clauses short steps can end at
+
+    def queue_with(slowdown: float | None) -> FairQueue:
+        clock = Clock()
+        queue = FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8), clock, lanes=lambda engine: 2)
+        speed = queue.speeds.setdefault("kokoro", EngineSpeed())
+        for _ in range(EngineSpeed.window):  # 0.45 GPU seconds per audio second alone, as on the 2-core machine
+            speed.learn(100, 100 * BOX_GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
+            if slowdown is not None:
+                speed.learn(100, 100 * BOX_GPU_PER_CHAR * slowdown, 100 * AUDIO_PER_CHAR, overlap=2.0)
+        playing, _ = planned_stream(queue, loop, "a", story)
+        playing.units_done = 3  # well into it: its listener holds 20 s
+        playing.playback.delivered(20.0)
+        playing.playback.sent(20.0, produced_at=clock(), now=clock())
+        return queue
+
+    with pytest.raises(Busy) as err:  # two streams need 2 x 0.45 / 0.8 of one lane: more than it has
+        planned_stream(queue_with(None), loop, "b", story)
+    assert err.value.code == "stream_capacity_full"
+    with pytest.raises(Busy):  # measured: two steps at once take twice as long each, nothing gained
+        planned_stream(queue_with(2.0), loop, "b", story)
+    with pytest.raises(Busy):  # 1.7 times as long: +18 %, not enough for two at 0.45 each within 0.8 of the machine
+        planned_stream(queue_with(1.7), loop, "b", story)
+    gained = queue_with(1.4)  # two steps at once take 1.4 times as long: 1.43 lanes' worth of work a second
+    assert gained.stats()["streams"]["speed"]["kokoro"]["capacity"] == 1.429
+    assert planned_stream(gained, loop, "b", story)[0] is not None
+
+
+SENTENCE_180 = (
+    "The morning mist lifted slowly from the river across the valley, the farmers walked out to the fields, and the "
+    "first trains of the day rolled over the iron bridge toward the city."
+)
+ONE_SENTENCE = "The quick brown fox jumps over the lazy dog near the riverbank."
+BOX_GPU_PER_CHAR = 0.0297  # the 2-core machine: 0.45 GPU seconds per audio second alone
+BOX_SLOWDOWN = 1.68  # and two steps at once take 1.68 times as long each (+19 % audio per second)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_another_clients_sentence_is_admitted_while_a_180_character_one_streams_and_neither_runs_dry(
+    loop: asyncio.AbstractEventLoop, lanes: int
+) -> None:
+    """Steps run as the scheduler runs them on the fake clock (taking the box's measured speeds): the newcomer waits
+    for a short step of the stream playing, whose listener keeps enough in hand."""
+    clock = Clock()
+    queue = FairQueue(roomy(stream_admission=True, shared_keys=frozenset({"anonymous"})), clock, lanes=lambda e: lanes)
+    speed = queue.speeds.setdefault("kokoro", EngineSpeed())
+    for _ in range(EngineSpeed.window):
+        speed.learn(100, 100 * BOX_GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
+        speed.learn(100, 100 * BOX_GPU_PER_CHAR * BOX_SLOWDOWN, 100 * AUDIO_PER_CHAR, overlap=2.0)
+    sources: dict[Job, PlannedChunks] = {}
+    under_way: dict[Job, float] = {}  # when each step under way ends
+
+    def admit(text: str, client: str) -> Job:
+        job, chunks = planned_stream(queue, loop, "anonymous", text)
+        job.client, sources[job] = client, chunks
+        return job
+
+    def start_steps() -> None:
+        while (job := queue.pick({"kokoro"})) is not None:
+            queue.cut_step(job)
+            slowdown = BOX_SLOWDOWN if len(queue.running) > 1 else 1.0
+            under_way[job] = clock() + job.chars_left()[0] * BOX_GPU_PER_CHAR * slowdown
+
+    def end_a_step() -> None:
+        job = min(under_way, key=under_way.__getitem__)
+        clock.now = max(clock.now, under_way.pop(job))
+        audio = job.chars_left()[0] * AUDIO_PER_CHAR
+        sources[job].take()
+        job.playback.delivered(audio)
+        job.playback.sent(audio, produced_at=clock(), now=clock())
+        job.playback.ask(clock())  # its writer sent it at once and waits for more
+        job.units_done += 1
+        queue.charge(job, 0.0)
+        if job.units_done >= (job.units_total or 0):
+            queue.remove(job)
+
+    first = admit(SENTENCE_180, "10.0.0.1")
+    start_steps()
+    end_a_step()  # its first audio
+    start_steps()
+    clock.advance(1.0)  # a second into it, another client's sentence
+    second = admit(ONE_SENTENCE, "10.0.0.2")
+    while under_way or queue.jobs():
+        start_steps()
+        end_a_step()
+    assert first.underrun_s == 0 and second.underrun_s == 0
+
+
+def test_a_step_that_starts_alone_keeps_every_thread_and_company_waits_unless_it_would_run_dry(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(), clock, lanes=lambda engine: 2))
+    alone = queue.add(fake_job(loop, "a", chars=120))
+    assert queue.pick({"kokoro"}) is alone and not queue.runs_beside(alone)  # nothing else to run: all the threads
+    later = queue.add(fake_job(loop, "b", chars=120))
+    ahead = queue.add(stream_job(loop, "c", units=[60] + [120] * 10))
+    ahead.units_done = 1
+    ahead.playback.delivered(30.0)
+    ahead.playback.sent(30.0, produced_at=clock(), now=clock())
+    assert queue.pick({"kokoro"}) is None  # a two-thread step beside one-thread ones makes less audio than either
+    clock.advance(2.0)
+    queue.charge(alone, 2.0)
+    queue.remove(alone)  # its last step
+    first = queue.pick({"kokoro"})
+    assert first in (later, ahead) and queue.runs_beside(first)  # two ready: they start together, threads shared
+    second = queue.pick({"kokoro"})
+    assert second is not first and second in (later, ahead) and queue.runs_beside(second)

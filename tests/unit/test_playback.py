@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from gpu.playback import HORIZON_S, EngineSpeed, Playback, StreamDemand, admission, simulate
+from gpu.playback import (
+    HORIZON_S,
+    MIN_OVERLAP_STEPS,
+    EngineSpeed,
+    Playback,
+    Pool,
+    StreamDemand,
+    admission,
+    simulate,
+)
 
 # --------------------------------------------------------------------------------------------------------------------
 # Playback
@@ -109,7 +118,7 @@ def test_a_stream_that_cannot_be_served_in_time_runs_dry_in_the_simulation() -> 
 def test_the_step_under_way_delays_everyone_and_belongs_to_its_stream() -> None:
     mine = StreamDemand(1, steps(2, 1.0, 4.0), None)
     other = StreamDemand(2, steps(1, 1.0, 4.0), in_hand=0.5)
-    result = simulate([mine, other], busy_for=0.8, running=1)
+    result = simulate([mine, other], under_way=[(0.8, 1)])
     assert result.start_wait[1] == 0.0  # its first step is the one under way
     assert result.underrun[2] == pytest.approx(0.3 + 1.0)  # waited for the step under way, then for its own
     assert result.finish[1] == pytest.approx(2.8)
@@ -140,10 +149,10 @@ def test_admission_refuses_a_third_stream_that_would_need_more_than_the_whole_th
 def test_admission_bounds_the_wait_for_a_first_step_behind_other_newcomers() -> None:
     newcomers = [StreamDemand(i, steps(1, 1.0, 10.0), None, arrival=float(i)) for i in range(1, 5)]
     candidate = StreamDemand(9, steps(1, 1.0, 10.0), None, arrival=9.0)
-    refusal = admission(newcomers, candidate, busy_for=2.0, max_start_wait=3.5)
+    refusal = admission(newcomers, candidate, under_way=[(2.0, None)], max_start_wait=3.5)
     assert refusal is not None and "wait 4.0 s" in refusal.reason  # the step under way is not counted
     assert refusal.retry_after >= 0.5
-    assert admission(newcomers, candidate, busy_for=2.0, max_start_wait=4.0) is None
+    assert admission(newcomers, candidate, under_way=[(2.0, None)], max_start_wait=4.0) is None
 
 
 def test_a_stream_too_slow_even_alone_is_still_admitted_when_nothing_else_streams() -> None:
@@ -191,3 +200,68 @@ def test_a_listener_who_ran_dry_while_a_live_request_waited_for_text_starts_agai
     clock.ask(10.0)
     clock.delivered(1.0)
     assert clock.sent(1.0, produced_at=11.0, now=11.0, input_waited_at=9.0) == 0.5  # late from the GPU: counted
+
+
+def test_an_item_without_audio_ends_no_stall() -> None:
+    clock = Playback()
+    clock.delivered(1.0)
+    clock.sent(1.0, produced_at=0.0, now=0.0)
+    clock.ask(0.5)
+    # The end of the response (or word timings) comes long after the listener ran out: nothing was waited for.
+    assert clock.sent(0.0, produced_at=5.0, now=5.0) == 0.0
+    assert clock.underrun_s == 0 and clock.underruns == 0 and clock.ends_at == 1.0
+
+
+def test_two_lanes_serve_two_streams_at_once_each_step_as_much_slower_as_measured() -> None:
+    pool = Pool((1.0, 1.5))
+    assert pool.lanes == 2 and pool.capacity == pytest.approx(2 / 1.5)
+    first = StreamDemand(1, steps(2, 1.0, 5.0), in_hand=10.0)
+    second = StreamDemand(2, steps(2, 1.0, 5.0), in_hand=10.0)
+    result = simulate([first, second], pool=pool)
+    # Steps end at 1.0 (alone when it began) and 1.5 (beside it); each second step begins beside the other's.
+    assert result.finish == {1: pytest.approx(2.5), 2: pytest.approx(3.0)} and result.underrun == {1: 0.0, 2: 0.0}
+    assert simulate([first, second]).finish[2] == pytest.approx(4.0)  # one lane: one step after the other
+
+
+def test_a_first_step_takes_the_first_lane_free_and_nothing_starts_beside_it() -> None:
+    playing = [StreamDemand(i, steps(3, 1.0, 5.0), in_hand=10.0) for i in (1, 2)]
+    newcomer = StreamDemand(3, steps(2, 1.0, 5.0), None, arrival=9.0)
+    result = simulate([*playing, newcomer], under_way=[(0.4, 1), (0.9, 2)], pool=Pool((1.0, 1.5)))
+    assert result.start_wait[3] == pytest.approx(0.4)  # once the first step under way has ended
+    # With all the threads it takes its time alone, 1.0, and nothing starts beside it once the other lane is free;
+    # its second step starts first again, a playing stream's beside it.
+    assert result.finish[3] == pytest.approx(0.4 + 1.0 + 1.0) and result.underrun == {1: 0.0, 2: 0.0, 3: 0.0}
+    # A first step under way beside another: once that one ends, nothing starts beside the first step.
+    beside = simulate([playing[0], newcomer], under_way=[(1.0, 3), (0.3, 1)], pool=Pool((1.0, 1.5)))
+    assert beside.finish[3] == pytest.approx(2.0)  # its second step at 1.0, alone again (stream 1 is far ahead)
+    assert beside.finish[1] == pytest.approx(1.0 + 1.5 + 1.0)  # its next steps begin at 1.0, beside the newcomer's
+
+
+def test_a_stream_ahead_takes_the_short_steps_its_text_allows_in_the_simulation() -> None:
+    quarters: list[tuple[float, ...]] = [(0.25, 0.25, 0.25, 0.25)]  # its step can be cut into four short ones
+    low = StreamDemand(1, steps(1, 2.0, 6.0), in_hand=1.2, splits=quarters)  # its whole step: dry for 0.8 s
+    assert simulate([low]).underrun[1] == pytest.approx(0.8)
+    cutting = Pool(short_lead=1.0)
+    assert simulate([low], pool=cutting).underrun[1] == 0.0  # 0.5 s steps: its audio comes in time
+    uncut = StreamDemand(1, steps(1, 2.0, 6.0), in_hand=1.2)  # one clause: nowhere to cut
+    assert simulate([uncut], pool=cutting).underrun[1] == pytest.approx(0.8)
+    starved = StreamDemand(1, steps(1, 2.0, 6.0), in_hand=0.8, splits=quarters)  # below the lead: its whole step
+    assert simulate([starved], pool=cutting).underrun[1] == pytest.approx(1.2)
+    beside = simulate([low], under_way=[(9.0, None)], pool=Pool((1.0, 2.0), short_lead=1.0))
+    assert beside.finish[1] == pytest.approx(4 * 0.5 * 2.0)  # each quarter twice as long beside the other step
+
+
+def test_overlapped_steps_measure_the_slowdown_once_there_are_enough_of_them() -> None:
+    speed = EngineSpeed()
+    for _ in range(4):
+        speed.learn(100, 2.0, 6.6)
+    assert speed.slowdown(3) == (1.0, 2.0, 3.0)  # nothing measured beside others: nothing gained
+    for _ in range(MIN_OVERLAP_STEPS):
+        speed.learn(100, 3.2, 6.6, overlap=1.8)  # ran beside another most of the time: counted as two at once
+    assert speed.slowdown(3) == (1.0, pytest.approx(1.6), 3.0)
+    assert speed.gpu_s_per_char == pytest.approx(0.02) and speed.audio_s_per_char == pytest.approx(0.066)
+    fast = EngineSpeed()
+    fast.learn(100, 2.0, 6.6)
+    for _ in range(MIN_OVERLAP_STEPS):
+        fast.learn(100, 1.0, 6.6, overlap=2.0)  # faster beside another than alone: noise, not a gain past 2x
+    assert fast.slowdown(2) == (1.0, 1.0)

@@ -15,6 +15,7 @@ from gpu.fairness import FairnessPolicy
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import Job, JobCancelled
 from gpu.scheduler import Scheduler
+from tests.support.polling import wait_until
 
 WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
 RATE = 24_000
@@ -404,13 +405,58 @@ async def test_a_stream_that_runs_dry_records_its_underrun_on_the_job_and_the_en
 
 async def test_whole_file_jobs_have_no_playback_clock(gpu: GpuThread) -> None:
     scheduler = scheduler_for(gpu)
+    held: list[Job] = []
 
-    def steps() -> Iterator[list[np.ndarray]]:
-        yield [np.zeros(RATE, dtype=np.float32)]
+    def unit() -> Iterator[np.ndarray]:
+        yield np.zeros(RATE, dtype=np.float32)
+        # The end comes only after the reader has taken the audio and asked for more (a loaded machine): that wait
+        # is no underrun of a response nobody plays as it arrives.
+        job = held[0]
+        wait_until(lambda: job.consumed and job.playback.asking_since is not None, WAIT, "the reader to ask again")
+
+    def steps() -> Iterator[Iterator[np.ndarray]]:
+        yield unit()
 
     job = Job(
         engine="kokoro", chars=10, steps=steps, loop=asyncio.get_running_loop(), sample_rate=RATE, unit_chars=(10,)
     )
+    held.append(job)
     assert len(await collect(scheduler.submit(job))) == 1
     assert job.playback.delivered_s == 0 and job.underrun_s == 0
-    assert scheduler.stats()["streams"]["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(0.1)
+    stats = scheduler.stats()["streams"]
+    assert stats["underruns"] == {"kokoro": 0}
+    assert stats["speed"]["kokoro"]["audio_s_per_char"] == pytest.approx(0.1)
+
+
+async def test_steps_of_an_engine_with_lanes_run_at_once_and_one_off_calls_wait_for_them(gpu: GpuThread) -> None:
+    scheduler = Scheduler(gpu, FairnessPolicy(), lambda: ["kokoro"], lanes=lambda engine: 2)
+    both_inside = threading.Barrier(2, timeout=WAIT)  # passes only while both steps run at once
+    release = threading.Event()
+    events: list[str] = []
+    lanes: set[str] = set()
+
+    def steps(name: str) -> object:
+        def unit() -> Iterator[np.ndarray]:
+            lanes.add(threading.current_thread().name)
+            both_inside.wait()
+            assert release.wait(WAIT)
+            events.append(f"{name} ends")
+            yield piece(1)
+
+        def gen() -> Iterator[Iterator[np.ndarray]]:
+            yield unit()
+
+        return gen
+
+    a = scheduler.submit(make_job("a", steps("a")))
+    b = scheduler.submit(make_job("b", steps("b")))
+    pieces = asyncio.ensure_future(asyncio.gather(collect(a), collect(b)))
+    await asyncio.to_thread(wait_until, lambda: gpu.on_lanes == 2, WAIT, "both steps on lanes")
+    call = gpu.submit(lambda: events.append("call"))
+    assert not call.done()  # a one-off call (a load, an eviction) never runs beside a step
+    release.set()
+    await asyncio.wrap_future(call)
+    assert [len(p) for p in await pieces] == [1, 1]
+    assert events[-1] == "call" and sorted(events[:2]) == ["a ends", "b ends"]
+    assert all("lane" in name for name in lanes) and len(lanes) == 2
+    assert scheduler.stats()["running"] == 0
