@@ -240,6 +240,11 @@ def write_report(report: dict[str, Any], out: Path | None = None) -> Path:
     return path
 
 
+def int_list(value: str) -> list[int]:
+    """A comma-separated command-line list of integers ("1,2,3")."""
+    return [int(n) for n in value.split(",")]
+
+
 def stats(values: list[float]) -> dict[str, Any]:
     if not values:
         return {"n": 0}
@@ -342,6 +347,8 @@ class LocalEngine:
     voice: str
     speak: Callable[[str], Iterator[Any]]
     """Speaks a text as the service does: its chunks, each through the same seam joiner; float32 pieces."""
+    raw: Callable[[str], Iterator[Any]]
+    """Speaks a text as a library caller would: the whole text (as spoken) in one call to the engine, no chunks."""
 
 
 @contextlib.contextmanager
@@ -373,7 +380,11 @@ def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterat
                 yield from voicing.chunk(chunk, engine.prepare_voice(voice), last=index == len(chunks) - 1)
             engine.release()
 
-        yield LocalEngine(engine.name, engine.sample_rate, name, speak)
+        def raw(text: str) -> Iterator[Any]:
+            yield from engine.stream(engine.spoken_text(text, options).text, engine.prepare_voice(voice), options)
+            engine.release()
+
+        yield LocalEngine(engine.name, engine.sample_rate, name, speak, raw)
     finally:
         engine.unload()
 

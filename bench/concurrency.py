@@ -41,6 +41,7 @@ from bench.common import (
     SHORT_TEXT,
     SIXTY_WORDS,
     Playback,
+    int_list,
     local_server,
     new_report,
     run_main,
@@ -426,7 +427,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs for each median (default 5)")
     parser.add_argument(
         "--clients",
-        type=lambda v: [int(n) for n in v.split(",")],
+        type=int_list,
         default=[1, 2, 3, 4],
         help="numbers of simultaneous clients, comma-separated (default 1,2,3,4)",
     )

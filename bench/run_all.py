@@ -28,6 +28,7 @@ from bench.common import RESULTS, ROOT, new_report, stop_on_sigterm, write_repor
 BENCHMARKS = (
     "stream",
     "concurrency",
+    "contention",
     "fairness",
     "overhead",
     "cache_hits",

@@ -19,6 +19,8 @@ import pytest
 
 from bench.abuse.payloads import PACK_SHAPE, multipart, understated_npz
 from bench.common import ROOT, SIXTY_WORDS, Playback
+from bench.concurrency import Listening
+from bench.contention import Trial, newcomer_row
 from bench.duplex_http import DuplexRequest
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens
 from bench.run_all import BENCHMARKS, run_one
@@ -33,6 +35,25 @@ def test_a_listener_stalls_only_when_audio_arrives_after_what_it_had_was_played(
     heard.heard(0.5, now=14.5)  # 1.0 s late
     assert heard.ttfa_s == 0.5 and heard.audio_s == 3.0
     assert (heard.stalls, heard.underrun_s, heard.max_stall_s) == (2, 1.5, 1.0)
+
+
+def test_a_newcomer_row_compares_its_first_audio_with_alone_and_checks_the_streams_playing() -> None:
+    def heard(began: float, arrivals: list[tuple[float, float]], status: int = 200) -> Listening:
+        playback = Playback(began)
+        for seconds, at in arrivals:
+            playback.heard(seconds, at)
+        return Listening(status=status, playback=playback)
+
+    playing = heard(0.0, [(4.0, 1.0), (8.0, 4.0)])  # in time: no underrun
+    row = newcomer_row(1.0, [Trial([playing], heard(3.0, [(3.0, 4.8)]))], running=1)
+    assert row["loaded_ttfa_s"] == pytest.approx(1.8) and row["extra_s"] == pytest.approx(0.8)
+    assert row["ratio"] == pytest.approx(1.8) and row["met"] and row["admitted_running"] == [1]
+    late = newcomer_row(1.0, [Trial([playing], heard(3.0, [(3.0, 5.5)]))], running=1)
+    assert not late["met"]  # 1.5 s more than alone
+    stalled = heard(0.0, [(2.0, 1.0), (8.0, 4.0)])  # ran dry for a second
+    assert not newcomer_row(1.0, [Trial([stalled], heard(3.0, [(3.0, 4.0)]))], running=1)["met"]
+    refused = newcomer_row(1.0, [Trial([playing], Listening(status=429, code="stream_capacity_full"))], running=1)
+    assert refused["loaded_ttfa_s"] is None and not refused["met"] and refused["refused"] == ["stream_capacity_full"]
 
 
 def test_tokens_cover_the_text_as_words_and_punctuation() -> None:
