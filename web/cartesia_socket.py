@@ -16,11 +16,10 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import json
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from audio.output import Output
 from audio.word_timings import Words
@@ -30,9 +29,9 @@ from text.chunking import is_speakable
 from text.live_text import LiveText
 from web.cartesia_protocol import SocketMessage, StepClock, event_error, resolve_model, word_timestamps
 from web.dependencies import connection_context
-from web.http_errors import SPEECH_ROUTE, deny_websocket
-from web.live_transport import open_session, parse_object
-from web.socket_contexts import SocketContext, SocketContexts
+from web.http_errors import deny_websocket
+from web.live_transport import open_session
+from web.socket_contexts import JsonSocket, SocketContext, SocketContexts
 
 SOCKET_IDLE_S = 300.0
 """How long a socket with no context open may send nothing."""
@@ -61,33 +60,21 @@ def joined(tail: str, transcript: str) -> str:
     return transcript
 
 
-class CartesiaSocket:
+class CartesiaSocket(JsonSocket):
     """One accepted socket: reads the client's messages, opens, feeds and cancels its contexts, sends their audio."""
 
     def __init__(self, websocket: WebSocket, service: Service) -> None:
-        self.websocket = websocket
+        super().__init__(websocket)
         self.service = service
         self.contexts: SocketContexts[SocketMessage] = SocketContexts()
         self.flushes: dict[str | None, _Flushes] = {}
-        self._send_lock = asyncio.Lock()
-        self._gone = False
-        route = websocket.scope.get("state", {}).get(SPEECH_ROUTE) or websocket.scope["path"].strip("/")
-        self.request = connection_context(websocket, route, streaming=True)
-
-    async def send(self, payload: dict[str, Any]) -> None:
-        if self._gone:
-            return
-        async with self._send_lock:
-            try:
-                await self.websocket.send_text(json.dumps(payload, separators=(",", ":")))
-            except (WebSocketDisconnect, RuntimeError):  # the client went away; RuntimeError: a send after it
-                self._gone = True
+        self.request = connection_context(websocket, self.route, streaming=True)
 
     async def run(self) -> None:
         receiver: asyncio.Task[dict[str, Any] | None] | None = None
         try:
             while True:
-                receiver = receiver or asyncio.ensure_future(self._receive())
+                receiver = receiver or asyncio.ensure_future(self.receive())
                 idle = None if self.contexts.open else SOCKET_IDLE_S
                 done, _ = await asyncio.wait({receiver}, timeout=idle)
                 if not done:
@@ -100,22 +87,13 @@ class CartesiaSocket:
                 finally:
                     receiver = None
                 if raw is None:  # the client closed the socket: nobody is left to hear its contexts
-                    self._gone = True
                     break
                 await self._handle(raw)
         finally:
             if receiver is not None:
                 receiver.cancel()
             await self.contexts.cancel_all()
-            if not self._gone:
-                with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                    await self.websocket.close(1000)
-
-    async def _receive(self) -> dict[str, Any] | None:
-        received = await self.websocket.receive()
-        if received["type"] == "websocket.disconnect":
-            return None
-        return parse_object(received.get("text") or received.get("bytes") or b"")
+            await self.close()
 
     async def _handle(self, raw: dict[str, Any]) -> None:
         named = raw.get("context_id")

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from audio.output import Output
 from errors import ServiceError, invalid_fields
@@ -37,9 +35,9 @@ from web.elevenlabs_protocol import (
     socket_alignment,
     socket_error,
 )
-from web.http_errors import SPEECH_ROUTE, deny_websocket
-from web.live_transport import open_session, parse_object
-from web.socket_contexts import SocketContext, SocketContexts
+from web.http_errors import deny_websocket
+from web.live_transport import open_session
+from web.socket_contexts import JsonSocket, SocketContext, SocketContexts
 
 DEFAULT_CONTEXT = "default"
 """The context of a `multi-stream-input` message that names none."""
@@ -74,7 +72,7 @@ class SocketIdle(ServiceError):
 Context = SocketContext[SocketMessage]
 
 
-class ElevenLabsSocket:
+class ElevenLabsSocket(JsonSocket):
     """One accepted socket: reads the client's messages, opens and ends its contexts, sends their audio."""
 
     def __init__(
@@ -87,7 +85,7 @@ class ElevenLabsSocket:
         engine: str | None,
         multi: bool,
     ) -> None:
-        self.websocket = websocket
+        super().__init__(websocket)
         self.service = service
         self.voice_id = voice_id
         self.query = query
@@ -97,26 +95,13 @@ class ElevenLabsSocket:
         self.contexts = SocketContexts[SocketMessage]()
         self.unflushed: set[str | None] = set()
         """Contexts sent speakable text since their last `flush`: closing one of them is a barge-in."""
-        self._send_lock = asyncio.Lock()
-        self._gone = False
-        scope = websocket.scope
-        route = scope.get("state", {}).get(SPEECH_ROUTE) or scope["path"].strip("/")
-        self.request = connection_context(websocket, route, streaming=True, engine=engine)
-
-    async def send(self, payload: dict[str, Any]) -> None:
-        if self._gone:
-            return
-        async with self._send_lock:
-            try:
-                await self.websocket.send_text(json.dumps(payload, separators=(",", ":")))
-            except (WebSocketDisconnect, RuntimeError):  # the client went away; RuntimeError: a send after it
-                self._gone = True
+        self.request = connection_context(websocket, self.route, streaming=True, engine=engine)
 
     async def run(self) -> None:
         receiver: asyncio.Task[dict[str, Any] | None] | None = None
         try:
             while True:
-                receiver = receiver or asyncio.ensure_future(self._receive())
+                receiver = receiver or asyncio.ensure_future(self.receive())
                 single = self.contexts.get(None)
                 waits: set[asyncio.Future[Any]] = {receiver}
                 if single is not None and single.task is not None:
@@ -137,7 +122,6 @@ class ElevenLabsSocket:
                 finally:
                     receiver = None
                 if raw is None:  # the client closed the socket
-                    self._gone = True
                     break
                 if not await self._handle(raw):
                     break
@@ -146,15 +130,7 @@ class ElevenLabsSocket:
             if receiver is not None:
                 receiver.cancel()
             await self.contexts.cancel_all()
-            if not self._gone:
-                with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                    await self.websocket.close(1000)
-
-    async def _receive(self) -> dict[str, Any] | None:
-        received = await self.websocket.receive()
-        if received["type"] == "websocket.disconnect":
-            return None
-        return parse_object(received.get("text") or received.get("bytes") or b"")
+            await self.close()
 
     async def _handle(self, raw: dict[str, Any]) -> bool:
         """Apply one message; False when the socket is to end (its text is over)."""

@@ -283,10 +283,16 @@ async def _refuse(websocket: WebSocket, error: ServiceError) -> None:
         await websocket.close(1008 if error.status in (401, 403) else 1011 if error.status >= 500 else 1000)
 
 
+async def receive_object(websocket: WebSocket) -> dict[str, Any] | None:
+    """The next JSON object a client sends over the WebSocket (a text or binary frame); None once it has closed it."""
+    received = await websocket.receive()
+    if received["type"] == "websocket.disconnect":
+        return None
+    return parse_object(received.get("text") or received.get("bytes") or b"")
+
+
 async def _ws_objects(websocket: WebSocket) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects a client sends over the WebSocket (text or binary frames)."""
-    while True:
-        received = await websocket.receive()
-        if received["type"] == "websocket.disconnect":
-            raise ClientDisconnected("the client closed the WebSocket")
-        yield parse_object(received.get("text") or received.get("bytes") or b"")
+    """The JSON objects a client sends over the WebSocket, until it closes it."""
+    while (received := await receive_object(websocket)) is not None:
+        yield received
+    raise ClientDisconnected("the client closed the WebSocket")

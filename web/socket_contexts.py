@@ -10,11 +10,17 @@ at once (a barge-in).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
 from errors import InvalidInput, ServiceError
 from text.chunking import is_speakable
+from web.http_errors import SPEECH_ROUTE
+from web.live_transport import receive_object
 
 MAX_CONTEXTS = 5
 """Contexts open at once on one socket: a client that never closes its contexts is refused new ones rather than
@@ -64,6 +70,45 @@ class SocketContext(Generic[First]):
         """Its messages as a live request reads them (`{"text"}`, `{"flush"}`), until it ends."""
         while (item := await self._inbox.get()) is not None:
             yield item
+
+
+class JsonSocket:
+    """An accepted WebSocket spoken to in JSON text frames: its contexts' tasks send one frame at a time, and nothing
+    is sent once the client has gone."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self.gone = False
+        """The client has closed the socket, or a send to it failed."""
+        self._send_lock = asyncio.Lock()
+
+    @property
+    def route(self) -> str:
+        """The route it came by, as the access log names it (its template), else its path."""
+        scope = self.websocket.scope
+        return scope.get("state", {}).get(SPEECH_ROUTE) or scope["path"].strip("/")
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        if self.gone:
+            return
+        async with self._send_lock:
+            try:
+                await self.websocket.send_text(json.dumps(payload, separators=(",", ":")))
+            except (WebSocketDisconnect, RuntimeError):  # the client went away; RuntimeError: a send after it
+                self.gone = True
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The client's next JSON object; None once it has closed the socket."""
+        received = await receive_object(self.websocket)
+        if received is None:
+            self.gone = True
+        return received
+
+    async def close(self) -> None:
+        """Close the socket, unless the client already has."""
+        if not self.gone:
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await self.websocket.close(1000)
 
 
 class SocketContexts(Generic[First]):
