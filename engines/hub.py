@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
+from engines.artefacts import model_key
 from engines.base import EngineLoadError
 
 log = logging.getLogger("polytts.engines.hub")
@@ -85,3 +86,35 @@ def file_sha256(path: Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+class HubModel:
+    """What every engine whose weights are a model named by a setting (a local folder or a hub id) shares: the folder
+    it resolves to, the checkpoint it last loaded, the bytes it holds, and the key its voices' prepared prompts are
+    kept under on disk."""
+
+    setting: str
+    """The POLYTTS_* variable that names the model, for the errors."""
+    hub_files: list[str]
+    """The files a download of it takes from the hub."""
+    model_ref: str
+    _checkpoint: str | None = None
+    _footprint = 0
+
+    @property
+    def checkpoint(self) -> str | None:
+        return self._checkpoint
+
+    @property
+    def footprint(self) -> int:
+        return self._footprint
+
+    @property
+    def model_key(self) -> str:
+        return model_key(self._checkpoint or self.model_ref)
+
+    def preflight(self) -> None:
+        self.model_folder()
+
+    def model_folder(self) -> Path:
+        return resolve_model_folder(self.model_ref, self.hub_files, self.setting)

@@ -23,9 +23,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from engines.artefacts import PreparedVoices, load_array, model_key, read_clip, save_array
+from engines.artefacts import PreparedVoices, load_array, read_clip, save_array
 from engines.base import BuiltinVoice, Engine, EngineCaps, EngineLoadError
-from engines.hub import resolve_model_folder, weights_revision
+from engines.hub import HubModel, resolve_model_folder, weights_revision
 
 log = logging.getLogger("polytts.engines.mlx")
 
@@ -87,8 +87,10 @@ def load_mlx_model(model_ref: str, setting: str, cache_mb: int, owner: ThreadOwn
     return LoadedModel(model, folder, revision, str(mx.default_device()))
 
 
-class MlxEngine(Engine, Generic[Prepared]):
+class MlxEngine(HubModel, Engine, Generic[Prepared]):
     """An mlx-audio model loaded with `mlx_audio.tts.utils.load_model`."""
+
+    hub_files = HUB_FILES
 
     def __init__(
         self, *, model: str, setting: str, cache_mb: int, max_voices: int, max_ref_seconds: float, caps: EngineCaps
@@ -101,7 +103,6 @@ class MlxEngine(Engine, Generic[Prepared]):
         self.model: Any = None  # the mlx-audio model (untyped)
         self.folder: Path | None = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
         self.owner = ThreadOwner(self.name)
-        self._checkpoint: str | None = None
         self._prepared: PreparedVoices[Prepared] = PreparedVoices(self.name, max_voices, self.dropped)
         # Read on the GPU thread after each load, request and unload; /health shows this copy.
         self._memory: dict[str, int] = {}
@@ -111,10 +112,6 @@ class MlxEngine(Engine, Generic[Prepared]):
     # -- lifetime --------------------------------------------------------------------------------------------------
 
     @property
-    def checkpoint(self) -> str | None:
-        return self._checkpoint
-
-    @property
     def loaded(self) -> bool:
         return self.model is not None
 
@@ -122,13 +119,6 @@ class MlxEngine(Engine, Generic[Prepared]):
     def footprint(self) -> int:
         """The allocator's active memory right after the load: the weights as they sit in device memory."""
         return self._loaded_bytes if self.loaded else 0
-
-    @property
-    def model_key(self) -> str:
-        return model_key(self._checkpoint or self.model_ref)
-
-    def preflight(self) -> None:
-        resolve_model_folder(self.model_ref, HUB_FILES, self.setting)
 
     def load(self) -> None:
         started = time.perf_counter()

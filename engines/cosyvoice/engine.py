@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from engines.artefacts import PreparedVoices, load_array, model_key, read_clip, save_array
+from engines.artefacts import PreparedVoices, load_array, read_clip, save_array
 from engines.base import (
     BuiltinVoice,
     Engine,
@@ -57,7 +57,7 @@ from engines.base import (
 )
 from engines.cloning import cloned_voice, prepared_key
 from engines.cosyvoice.config import CosyVoiceParams, CosyVoiceSettings
-from engines.hub import resolve_model_folder, weights_revision
+from engines.hub import HubModel, weights_revision
 from errors import InvalidInput
 from gpu.residency import free_cuda
 from gpu.runtime import torch_device, torch_device_memory
@@ -105,9 +105,11 @@ class CosyVoicePrompt:
     """An x-vector-only voice: the LLM never continues its clip."""
 
 
-class CosyVoiceEngine(Engine):
+class CosyVoiceEngine(HubModel, Engine):
     name = "cosyvoice"
     sample_rate = 24_000
+    setting = SETTING
+    hub_files = HUB_FILES
 
     def __init__(
         self, *, model: str, runtime: str, max_voices: int, max_ref_seconds: float, max_tokens: int, caps: EngineCaps
@@ -119,36 +121,19 @@ class CosyVoiceEngine(Engine):
         self.caps = caps
         self.device = "undecided"
         self._cosyvoice: Any = None  # engines.cosyvoice.upstream.CosyVoice2
-        self._checkpoint: str | None = None
         self._weights = 0
-        self._footprint = 0
         self._reserved_base = 0
         self._prepared: PreparedVoices[CosyVoicePrompt] = PreparedVoices(self.name, max_voices)
 
     # -- lifetime --------------------------------------------------------------------------------------------------
 
     @property
-    def checkpoint(self) -> str | None:
-        return self._checkpoint
-
-    @property
-    def footprint(self) -> int:
-        return self._footprint
-
-    @property
     def loaded(self) -> bool:
         return self._cosyvoice is not None
 
-    @property
-    def model_key(self) -> str:
-        return model_key(self._checkpoint or self.model_ref)
-
-    def preflight(self) -> None:
-        resolve_model_folder(self.model_ref, HUB_FILES, SETTING)
-
     def load(self) -> None:
         started = time.perf_counter()
-        folder = resolve_model_folder(self.model_ref, HUB_FILES, SETTING)
+        folder = self.model_folder()
         if (folder / "cosyvoice3.yaml").is_file() or (folder / "cosyvoice.yaml").is_file():
             raise EngineLoadError(
                 f"{folder} is a CosyVoice {'3' if (folder / 'cosyvoice3.yaml').is_file() else '1'} checkpoint; "

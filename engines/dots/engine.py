@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from engines.artefacts import PreparedVoices, model_key, read_clip, usable_clip, write_atomically
+from engines.artefacts import PreparedVoices, read_clip, usable_clip, write_atomically
 from engines.base import (
     BuiltinVoice,
     Engine,
@@ -53,7 +53,7 @@ from engines.base import (
 )
 from engines.cloning import cloned_voice, prepared_key
 from engines.dots.config import DotsParams, DotsSettings
-from engines.hub import resolve_model_folder, weights_revision
+from engines.hub import HubModel, weights_revision
 from errors import InvalidInput
 from gpu.residency import free_cuda
 from gpu.runtime import torch_device, torch_device_memory, uses_mlx
@@ -110,9 +110,11 @@ def synthetic_clip(folder: Path, seconds: float) -> Path:
     return path
 
 
-class DotsEngine(Engine):
+class DotsEngine(HubModel, Engine):
     name = "dots"
     sample_rate = 48_000
+    setting = SETTING
+    hub_files = HUB_FILES
 
     def __init__(
         self,
@@ -136,9 +138,7 @@ class DotsEngine(Engine):
         self.device = "undecided"
         self.precision = "undecided"
         self._runtime: Any = None  # dots_tts's DotsTtsRuntimeDoubleStreaming (untyped)
-        self._checkpoint: str | None = None
         self._weights = 0
-        self._footprint = 0
         self._reserved_base = 0
         self._probing = False
         self._fixed_sampling: dict[str, Param] | None = None
@@ -147,27 +147,12 @@ class DotsEngine(Engine):
     # -- lifetime --------------------------------------------------------------------------------------------------
 
     @property
-    def checkpoint(self) -> str | None:
-        return self._checkpoint
-
-    @property
-    def footprint(self) -> int:
-        return self._footprint
-
-    @property
     def loaded(self) -> bool:
         return self._runtime is not None
 
-    @property
-    def model_key(self) -> str:
-        return model_key(self._checkpoint or self.model_ref)
-
-    def preflight(self) -> None:
-        resolve_model_folder(self.model_ref, HUB_FILES, SETTING)
-
     def load(self) -> None:
         started = time.perf_counter()
-        folder = resolve_model_folder(self.model_ref, HUB_FILES, SETTING)
+        folder = self.model_folder()
         self._check_reference_fits(read_checkpoint_config(folder))
         from engines.dots.upstream import import_dots_tts
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from engines.artefacts import PreparedVoices, model_key, read_clip, save_array
+from engines.artefacts import PreparedVoices, read_clip, save_array
 from engines.base import (
     BuiltinVoice,
     Engine,
@@ -46,7 +46,7 @@ from engines.base import (
     VoiceRef,
 )
 from engines.cloning import cloned_voice, prepared_key
-from engines.hub import resolve_model_folder, weights_revision
+from engines.hub import HubModel, weights_revision
 from engines.lockstep import lockstep
 from engines.qwen.config import QwenParams, QwenSettings, check_frame_bound
 from errors import InvalidInput
@@ -117,9 +117,11 @@ def read_checkpoint_config(folder: Path) -> dict[str, Any]:
     return config
 
 
-class QwenEngine(Engine):
+class QwenEngine(HubModel, Engine):
     name = "qwen"
     sample_rate = 24_000
+    setting = SETTING
+    hub_files = HUB_FILES
 
     def __init__(
         self,
@@ -141,8 +143,6 @@ class QwenEngine(Engine):
         self.device = "undecided"
         self.dtype = "undecided"
         self._model: Any = None
-        self._checkpoint: str | None = None
-        self._footprint = 0
         self._frames_per_piece = 1
         self._decode_upsample = 1
         self._prepared: PreparedVoices[QwenVoice] = PreparedVoices(self.name, max_voices)
@@ -150,27 +150,12 @@ class QwenEngine(Engine):
     # -- lifetime --------------------------------------------------------------------------------------------------
 
     @property
-    def checkpoint(self) -> str | None:
-        return self._checkpoint
-
-    @property
-    def footprint(self) -> int:
-        return self._footprint
-
-    @property
     def loaded(self) -> bool:
         return self._model is not None
 
-    @property
-    def model_key(self) -> str:
-        return model_key(self._checkpoint or self.model_ref)
-
-    def preflight(self) -> None:
-        resolve_model_folder(self.model_ref, HUB_FILES, SETTING)
-
     def load(self) -> None:
         started = time.perf_counter()
-        folder = resolve_model_folder(self.model_ref, HUB_FILES, SETTING)
+        folder = self.model_folder()
         read_checkpoint_config(folder)
         from engines.qwen.upstream import CODEC_KEY_MAPPING, import_qwen_tts
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from engines.artefacts import model_key, read_clip, usable_clip, write_atomically
+from engines.artefacts import read_clip, usable_clip, write_atomically
 from engines.base import (
     BuiltinVoice,
     Engine,
@@ -33,7 +33,7 @@ from engines.base import (
     VoiceRef,
 )
 from engines.cloning import cloned_voice, prepared_key
-from engines.hub import resolve_model_folder, weights_revision
+from engines.hub import HubModel, weights_revision
 from engines.voxcpm.config import VoxCPMParams, VoxCPMSettings
 from engines.voxcpm.prompts import prompt_sources
 from errors import InvalidInput
@@ -56,9 +56,11 @@ class VoxPrompt:
     prompt_text: str | None
 
 
-class VoxCPMEngine(Engine):
+class VoxCPMEngine(HubModel, Engine):
     name = "voxcpm"
     sample_rate = SAMPLE_RATE
+    setting = "POLYTTS_VOXCPM_MODEL"
+    hub_files = HUB_FILES
 
     def __init__(
         self,
@@ -78,33 +80,16 @@ class VoxCPMEngine(Engine):
         self.caps = caps
         self.device = "undecided"
         self._voxcpm: Any = None  # voxcpm.VoxCPM (untyped)
-        self._checkpoint: str | None = None
-        self._footprint = 0
         self._prompt_caches: dict[tuple[str, bool], dict[str, object]] = {}
         self._normalizer: Any = None  # voxcpm's TextNormalizer, built on first use
-
-    @property
-    def checkpoint(self) -> str | None:
-        return self._checkpoint
-
-    @property
-    def footprint(self) -> int:
-        return self._footprint
 
     @property
     def loaded(self) -> bool:
         return self._voxcpm is not None
 
-    @property
-    def model_key(self) -> str:
-        return model_key(self._checkpoint or self.model_ref)
-
-    def preflight(self) -> None:
-        resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_VOXCPM_MODEL")
-
     def load(self) -> None:
         started = time.perf_counter()
-        folder = resolve_model_folder(self.model_ref, HUB_FILES, "POLYTTS_VOXCPM_MODEL")
+        folder = self.model_folder()
         if not (folder / "config.json").is_file():
             raise EngineLoadError(f"{folder} has no config.json: not a VoxCPM2 model folder (POLYTTS_VOXCPM_MODEL)")
         if self.denoiser is not None and not self.denoiser.is_dir():
