@@ -27,6 +27,8 @@ from text.languages import resolve_language
 from voicebank.ids import compute_voice_id
 from voicebank.registry import VoiceRegistry
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models run fastest on one thread
+
 HOP, LOOKAHEAD = 25, 3  # CosyVoice 2's tokens per streamed chunk, and the flow's look-ahead
 PROMPT_TOKENS = 25  # a 1 s clip: 25 speech tokens, a whole chunk (the first piece needs no padding)
 TEXT = "Hi."  # 3 text tokens (one per byte): 60 speech tokens
@@ -47,26 +49,12 @@ def cosyvoice_engine(model: str | Path, **overrides: object) -> CosyVoiceEngine:
     return CosyVoiceEngine(**{**options, **overrides})  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread, the more so on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def engine(tiny_cosyvoice: Path) -> Iterator[CosyVoiceEngine]:
     cosyvoice = cosyvoice_engine(tiny_cosyvoice)
     cosyvoice.load()
     yield cosyvoice
     cosyvoice.unload()
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> VoiceRegistry:
-    return VoiceRegistry(tmp_path / "voices")
 
 
 def options(language: str = "en", **params: object) -> SynthesisOptions:

@@ -29,6 +29,8 @@ from voicebank.ids import compute_voice_id
 from voicebank.registry import Registration, VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models run fastest on one thread
+
 MAX_PATCHES = 12  # the random model never stops: an x-vector generation fills all 12
 REF_SECONDS = 0.5  # 12,000 samples at 24 kHz: the continuation path's prompt takes 7 of the patches
 XVECTOR = [SAMPLES_PER_PATCH // 2] + [SAMPLES_PER_PATCH] * (MAX_PATCHES - 1) + [SAMPLES_PER_PATCH // 2]
@@ -50,15 +52,6 @@ def dots_engine(model: str | Path, **overrides: object) -> DotsEngine:
     return DotsEngine(**{**options, **overrides})  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread, the more so on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def engine(tiny_dots: Path) -> Iterator[DotsEngine]:
     dots = dots_engine(tiny_dots)
@@ -66,11 +59,6 @@ def engine(tiny_dots: Path) -> Iterator[DotsEngine]:
     dots.warmup()
     yield dots
     dots.unload()
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> VoiceRegistry:
-    return VoiceRegistry(tmp_path / "voices")
 
 
 def register(registry: VoiceRegistry, **fields: object) -> VoiceEntry:

@@ -44,11 +44,6 @@ def collect(gpu: GpuThread, engine: object, text: str, voice: object, options: S
     return on(gpu, lambda: list(engine.stream(text, voice, options)))  # type: ignore[attr-defined]
 
 
-@pytest.fixture
-def registry(tmp_path: Path) -> VoiceRegistry:
-    return VoiceRegistry(tmp_path / "voices")
-
-
 def register(registry: VoiceRegistry, engine: str, **fields: object) -> VoiceEntry:
     defaults: dict[str, object] = {"audio": wav_clip(1.0, 240), "engine": engine, "ref_text": "hello there"}
     return registry.register(Registration(**{**defaults, **fields}))[0]  # type: ignore[arg-type]

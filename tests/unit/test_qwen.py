@@ -30,6 +30,8 @@ from text.languages import resolve_language
 from voicebank.ids import compute_voice_id
 from voicebank.registry import VoiceRegistry
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models run fastest on one thread
+
 FRAME = 1920  # samples per 12.5 Hz frame at 24 kHz
 MAX_TOKENS = 12  # generation steps: 11 frames (the first step only prefills; the random model never stops)
 PIECE_FRAMES = 3  # stream_interval 0.25 s
@@ -49,26 +51,12 @@ def qwen_engine(model: str | Path, **overrides: object) -> QwenEngine:
     return QwenEngine(**{**options, **overrides})  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread, the more so on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def engine(tiny_qwen_torch: Path) -> Iterator[QwenEngine]:
     qwen = qwen_engine(tiny_qwen_torch)
     qwen.load()
     yield qwen
     qwen.unload()
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> VoiceRegistry:
-    return VoiceRegistry(tmp_path / "voices")
 
 
 def options(engine: QwenEngine, language: str = "en", **params: object) -> SynthesisOptions:

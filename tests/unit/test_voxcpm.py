@@ -47,11 +47,6 @@ def engine(tiny_voxcpm: Path) -> Iterator[VoxCPMEngine]:
     voxcpm.unload()
 
 
-@pytest.fixture
-def registry(tmp_path: Path) -> VoiceRegistry:
-    return VoiceRegistry(tmp_path / "voices")
-
-
 def register(registry: VoiceRegistry, **fields: object) -> VoiceEntry:
     defaults: dict[str, object] = {"audio": wav_clip(3.0, 180), "engine": "voxcpm", "ref_text": "a short reference"}
     return registry.register(Registration(**{**defaults, **fields}))[0]  # type: ignore[arg-type]
