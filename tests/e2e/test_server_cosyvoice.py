@@ -21,6 +21,7 @@ import websockets
 from tests.support.clips import assert_joined_length, wav_clip
 from tests.support.servers import ServerProcess
 from tests.support.tiny_cosyvoice import LENGTH_RATIO, SAMPLES_PER_TOKEN
+from tests.support.voices import register_clip
 from voicebank.ids import compute_voice_id
 
 STYLE = "用开心的语气说"
@@ -51,12 +52,6 @@ def client(node: ServerProcess) -> Iterator[httpx.Client]:
         yield c
 
 
-def register(client: httpx.Client, audio: bytes, **data: str) -> str:
-    response = client.post("/voices", files={"audio": ("ref.wav", audio)}, data={"engine": "cosyvoice", **data})
-    assert response.status_code == 201, response.text
-    return str(response.json()["voice_id"])
-
-
 CLIPS = {"transcript": wav_clip(1.0, 170), "no_transcript": wav_clip(1.0, 180), "xvector": wav_clip(1.0, 190)}
 
 
@@ -64,9 +59,9 @@ CLIPS = {"transcript": wav_clip(1.0, 170), "no_transcript": wav_clip(1.0, 180), 
 def voices(node: ServerProcess) -> dict[str, str]:
     with node.client() as client:
         return {
-            "transcript": register(client, CLIPS["transcript"], ref_text="this is my voice"),
-            "no_transcript": register(client, CLIPS["no_transcript"]),
-            "xvector": register(client, CLIPS["xvector"], x_vector_only_mode="true"),
+            "transcript": register_clip(client, "cosyvoice", CLIPS["transcript"], ref_text="this is my voice"),
+            "no_transcript": register_clip(client, "cosyvoice", CLIPS["no_transcript"]),
+            "xvector": register_clip(client, "cosyvoice", CLIPS["xvector"], x_vector_only_mode="true"),
         }
 
 

@@ -21,6 +21,7 @@ import websockets
 from tests.support.clips import assert_joined_length, wav_clip
 from tests.support.servers import ServerProcess, no_tracebacks
 from tests.support.tiny_dots import SAMPLES_PER_PATCH
+from tests.support.voices import register_clip
 from voicebank.ids import compute_voice_id
 
 RATE = 24_000
@@ -50,18 +51,12 @@ def client(node: ServerProcess) -> Iterator[httpx.Client]:
         yield c
 
 
-def register(client: httpx.Client, audio: bytes, **data: str) -> str:
-    response = client.post("/voices", files={"audio": ("ref.wav", audio)}, data={"engine": "dots", **data})
-    assert response.status_code == 201, response.text
-    return str(response.json()["voice_id"])
-
-
 @pytest.fixture(scope="module")
 def voices(node: ServerProcess) -> dict[str, str]:
     with node.client() as client:
         return {
-            "continuation": register(client, CLIP, ref_text="hello there"),
-            "xvector": register(client, wav_clip(1.0, 420), x_vector_only_mode="true"),
+            "continuation": register_clip(client, "dots", CLIP, ref_text="hello there"),
+            "xvector": register_clip(client, "dots", wav_clip(1.0, 420), x_vector_only_mode="true"),
         }
 
 

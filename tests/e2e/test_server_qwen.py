@@ -16,6 +16,7 @@ import soundfile as sf
 from tests.e2e.test_server_mlx import CLIP
 from tests.support.clips import assert_joined_length, wav_clip
 from tests.support.servers import ServerProcess
+from tests.support.voices import register_clip
 from voicebank.ids import compute_voice_id
 
 FRAMES = 11  # POLYTTS_QWEN_MAX_TOKENS 12: the random model never stops, the first step only prefills
@@ -51,18 +52,12 @@ def client(node: ServerProcess) -> Iterator[httpx.Client]:
         yield c
 
 
-def register(client: httpx.Client, audio: bytes, **data: str) -> str:
-    response = client.post("/voices", files={"audio": ("ref.wav", audio)}, data={"engine": "qwen", **data})
-    assert response.status_code == 201, response.text
-    return str(response.json()["voice_id"])
-
-
 @pytest.fixture(scope="module")
 def voices(node: ServerProcess) -> dict[str, str]:
     with node.client() as client:
         return {
-            "in_context": register(client, CLIP, ref_text="hello there"),
-            "xvector": register(client, wav_clip(1.0, 360), x_vector_only_mode="true"),
+            "in_context": register_clip(client, "qwen", CLIP, ref_text="hello there"),
+            "xvector": register_clip(client, "qwen", wav_clip(1.0, 360), x_vector_only_mode="true"),
         }
 
 

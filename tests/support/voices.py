@@ -1,9 +1,11 @@
-"""What tests register: a clip registration for an engine the node lacks, and Kokoro voice packs as `.npy` bytes."""
+"""What tests register: clips for a cloning engine (one the node serves, or one it lacks), and Kokoro voice packs as
+`.npy` bytes."""
 
 from __future__ import annotations
 
 import io
 
+import httpx
 import numpy as np
 
 
@@ -13,6 +15,13 @@ def clone_form(audio: bytes, ref_text: str = "a reference transcript", **fields:
         "files": {"audio": ("ref.wav", audio, "audio/wav")},
         "data": {"engine": "qwen", "ref_text": ref_text, **fields},
     }
+
+
+def register_clip(client: httpx.Client, engine: str, audio: bytes, **data: str) -> str:
+    """Register `audio` as a voice of `engine` on a running node; its voice id."""
+    response = client.post("/voices", files={"audio": ("ref.wav", audio)}, data={"engine": engine, **data})
+    assert response.status_code == 201, response.text
+    return str(response.json()["voice_id"])
 
 
 def npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
