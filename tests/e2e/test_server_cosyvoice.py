@@ -5,7 +5,6 @@ WebSocket; a node without CosyVoice keeps its voices' ids and refuses them."""
 from __future__ import annotations
 
 import io
-import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,9 +15,9 @@ import httpx
 import openai
 import pytest
 import soundfile as sf
-import websockets
 
 from tests.support.clips import assert_joined_length, wav_clip
+from tests.support.live_socket import speak_live
 from tests.support.servers import ServerProcess
 from tests.support.tiny_cosyvoice import LENGTH_RATIO, SAMPLES_PER_TOKEN
 from tests.support.voices import register_clip
@@ -172,19 +171,9 @@ def test_the_openai_route_speaks_by_its_instructions(node: ServerProcess, voices
 
 async def test_the_live_websocket_speaks_a_cosyvoice_voice(node: ServerProcess, voices: dict[str, str]) -> None:
     url = node.url.replace("http", "ws") + f"/tts/live/ws?voice={voices['xvector']}"
-    audio = bytearray()
-    events: list[dict[str, object]] = []
-    async with websockets.connect(url, subprotocols=["polytts"]) as ws:  # type: ignore[list-item]
-        await ws.send(json.dumps({"text": "Hi. "}))
-        await ws.send(json.dumps({"end": True}))
-        async for message in ws:
-            if isinstance(message, bytes):
-                audio += message
-            else:
-                events.append(json.loads(message))
-    kinds = [event["type"] for event in events]
-    assert kinds[0] == "start" and kinds[-1] == "done", events
-    assert len(audio) == 2 * samples("Hi.")
+    live = await speak_live(url, ["Hi. "])
+    assert live.kinds[0] == "start" and live.kinds[-1] == "done", live.events
+    assert len(live.audio) == 2 * samples("Hi.")
 
 
 def test_a_node_without_cosyvoice_keeps_the_id_refuses_the_voice_and_its_folder_serves_elsewhere(

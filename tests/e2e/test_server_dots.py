@@ -4,9 +4,7 @@ a node without dots.tts, refused there and served once its folder reaches a node
 
 from __future__ import annotations
 
-import asyncio
 import io
-import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,9 +14,9 @@ import httpx
 import openai
 import pytest
 import soundfile as sf
-import websockets
 
 from tests.support.clips import assert_joined_length, wav_clip
+from tests.support.live_socket import speak_live
 from tests.support.servers import ServerProcess, no_tracebacks
 from tests.support.tiny_dots import SAMPLES_PER_PATCH
 from tests.support.voices import register_clip
@@ -119,21 +117,10 @@ def test_the_openai_client_speaks_a_dots_voice(node: ServerProcess, voices: dict
 
 async def test_the_live_websocket_speaks_text_as_it_arrives(node: ServerProcess, voices: dict[str, str]) -> None:
     url = node.url.replace("http", "ws") + f"/tts/live/ws?voice={voices['xvector']}"
-    audio = bytearray()
-    events: list[dict[str, object]] = []
-    async with websockets.connect(url, subprotocols=["polytts"]) as ws:  # type: ignore[list-item]
-        for word in "Live text comes in. And more of it follows.".split():
-            await ws.send(json.dumps({"text": word + " "}))
-            await asyncio.sleep(0.02)
-        await ws.send(json.dumps({"end": True}))
-        async for message in ws:
-            if isinstance(message, bytes):
-                audio += message
-            else:
-                events.append(json.loads(message))
-    kinds = [event["type"] for event in events]
-    assert kinds[0] == "start" and kinds[-1] == "done", events
-    assert_joined_length(len(audio) // 2, [XVECTOR] * 2, RATE)  # a generation per sentence
+    words = [word + " " for word in "Live text comes in. And more of it follows.".split()]
+    live = await speak_live(url, words, gap_s=0.02)
+    assert live.kinds[0] == "start" and live.kinds[-1] == "done", live.events
+    assert_joined_length(len(live.audio) // 2, [XVECTOR] * 2, RATE)  # a generation per sentence
 
 
 @pytest.mark.parametrize(

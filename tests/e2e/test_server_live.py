@@ -19,6 +19,7 @@ import httpx
 import pytest
 import websockets
 
+from tests.support.live_socket import speak_live
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
@@ -121,23 +122,11 @@ def test_curl_from_a_pipe_gets_audio_before_the_last_word(node: ServerProcess) -
 async def test_websocket_audio_words_and_done(node: ServerProcess) -> None:
     key = base64.urlsafe_b64encode(KEY.encode()).decode().rstrip("=")
     url = node.url.replace("http", "ws") + "/tts/live/ws?voice=af_heart"
-    audio = bytearray()
-    events: list[dict] = []
-    async with websockets.connect(url, subprotocols=["polytts", f"bearer.{key}"]) as ws:  # type: ignore[list-item]
-        assert ws.subprotocol == "polytts"
-        for word in WORDS:
-            await ws.send(json.dumps({"text": word + " "}))
-            await asyncio.sleep(0.02)
-        await ws.send(json.dumps({"end": True}))
-        async for message in ws:
-            if isinstance(message, bytes):
-                audio += message
-            else:
-                events.append(json.loads(message))
-    kinds = [event["type"] for event in events]
-    assert kinds[0] == "start" and kinds[-1] == "done" and "words" in kinds
-    seconds = len(audio) / 2 / 24_000
-    words = [w for event in events if event["type"] == "words" for w in event["words"]]
+    live = await speak_live(url, [word + " " for word in WORDS], ["polytts", f"bearer.{key}"], gap_s=0.02)
+    assert live.subprotocol == "polytts"
+    assert live.kinds[0] == "start" and live.kinds[-1] == "done" and "words" in live.kinds
+    seconds = len(live.audio) / 2 / 24_000
+    words = [w for event in live.events if event["type"] == "words" for w in event["words"]]
     assert [w["word"] for w in words] == WORDS  # every word, in order, as written
     starts = [w["start"] for w in words]
     assert starts == sorted(starts) and all(0 <= w["start"] <= w["end"] <= seconds + 1e-3 for w in words)
