@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,8 +51,6 @@ class OnnxBackend(KokoroBackend):
         self.lanes = max(1, min(parallel or auto, self.threads))
         self._session: Any = None  # onnxruntime.InferenceSession, imported at load: every thread
         self._beside: Any = None  # the session of inferences that start beside another: threads split
-        self._running = 0
-        self._lock = threading.Lock()
         self._vocab: dict[str, int] = {}
         self._checkpoint = self._read_checkpoint()
 
@@ -81,11 +78,6 @@ class OnnxBackend(KokoroBackend):
     @property
     def vocab(self) -> dict[str, int]:
         return self._vocab
-
-    @property
-    def running(self) -> int:
-        """Inferences under way now."""
-        return self._running
 
     def preflight(self) -> None:
         if not is_assembled(self.model_dir):
@@ -132,13 +124,7 @@ class OnnxBackend(KokoroBackend):
             "speed": np.array([speed], dtype=np.float32),
         }
         session = self._beside if self._beside is not None and lanes.beside() else self._session
-        with self._lock:
-            self._running += 1
-        try:
-            audio, durations = session.run(["audio", DURATIONS_OUTPUT], inputs)
-        finally:
-            with self._lock:
-                self._running -= 1
+        audio, durations = session.run(["audio", DURATIONS_OUTPUT], inputs)
         return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations, dtype=np.int64).reshape(-1)
 
     def describe(self) -> dict[str, object]:
