@@ -21,8 +21,8 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from engines.device import RuntimeRefused, check_runtime
 from errors import Unavailable
-from gpu.runtime import RuntimeRefused, check_runtime
 from lifecycle.service import Service, build_service
 from settings import Settings, load_settings, settings_or_report
 from web import api_docs, cartesia_protocol, fleet, redaction

@@ -1,6 +1,6 @@
 """Writes the references of docs/ that are declared once in code: `settings.md` from the docstrings of the
-settings (`settings.Settings` as composed: the service's own and each engine family's), `errors.md` from
-`errors.ERRORS`.
+settings (`settings.Settings` as composed: the service's own, the fair queue's and each engine family's), `errors.md`
+from `errors.ERRORS`.
 
     python -m docs.generate           # rewrite them
     python -m docs.generate --check   # exit 1 when one is stale
@@ -30,6 +30,7 @@ from pydantic_settings import BaseSettings
 from engines import ENGINE_SPECS
 from engines.base import ENV_PREFIX
 from errors import ERRORS
+from gpu.scheduling_settings import SchedulingSettings
 from settings import PROJECT_ROOT, Settings
 
 log = logging.getLogger("polytts.docs")
@@ -154,15 +155,17 @@ def _declaring_classes(settings: type[BaseSettings]) -> Iterator[tuple[type, lis
 
 
 def _section_title(cls: type) -> str:
-    families = {spec.settings: spec.family for spec in ENGINE_SPECS}
-    what = f"Engine `{families[cls]}`" if cls in families else "The service"
+    families = {spec.settings: f"Engine `{spec.family}`" for spec in ENGINE_SPECS}
+    what = {SchedulingSettings: "Scheduling", **families}.get(cls, "The service")
     return f"## {what}: `{cls.__module__}.{cls.__qualname__}`"
 
 
 def settings_reference(settings: type[BaseSettings] = Settings) -> str:
     """docs/settings.md: every field of `settings`, grouped by the class that declares it."""
     lines = [
-        _notice("the settings' docstrings (settings.py and each engine family's settings class)"),
+        _notice(
+            "the settings' docstrings (settings.py, gpu/scheduling_settings.py and each engine family's settings class)"
+        ),
         "",
         "# Settings",
         "",

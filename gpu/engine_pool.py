@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,7 +17,6 @@ from engines.base import Engine, EngineLoadError, EngineSpec
 from errors import InvalidInput, NotFound, ServiceError, Unavailable
 from gpu.gpu_thread import GpuThread
 from gpu.residency import ManagedUnit, ModelManager, ResidencyPolicy
-from lifecycle.metrics import Metrics
 from settings import Settings
 
 log = logging.getLogger("polytts.engines")
@@ -48,11 +47,19 @@ def build_engines(settings: Settings, specs: Iterable[EngineSpec[Any]]) -> dict[
 
 
 class EnginePool:
-    def __init__(self, settings: Settings, engines: dict[str, Engine], gpu: GpuThread, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engines: dict[str, Engine],
+        gpu: GpuThread,
+        on_loaded: Callable[[str, float], None] = lambda engine, seconds: None,
+    ) -> None:
+        """`on_loaded`: told each engine's name and how many seconds its load took, once it loaded (the metrics
+        count loads there: the pool knows nothing of them)."""
         self.settings = settings
         self.engines = engines
         self.gpu = gpu
-        self.metrics = metrics
+        self.on_loaded = on_loaded
         self.states = {name: EngineState() for name in engines}
         self._warming: dict[str, asyncio.Task[None]] = {}
         self.units = [self._unit(engine) for engine in engines.values()]
@@ -73,7 +80,7 @@ class EnginePool:
             unit.footprint = engine.footprint
             if self.states[engine.name].status != "warming":  # a warm-up declares itself ready when it is done
                 self.states[engine.name] = EngineState("ready")
-            self.metrics.load_seconds.labels(engine.name).observe(time.perf_counter() - started)
+            self.on_loaded(engine.name, time.perf_counter() - started)
             return engine
 
         default = engine.name == self.settings.default_engine

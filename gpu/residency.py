@@ -1,8 +1,9 @@
 """Which models stay in device memory, and when they leave it.
 
 The livestack-node-compatible shim: when the fleet package `livestack_node` is installed, its `ResidencyPolicy`,
-`ManagedUnit`, `ModelManager` and `free_cuda` are re-exported unchanged (so a fleet host and this service agree on
-residency); otherwise the local implementation below provides the same API. `IMPLEMENTATION` says which one is live.
+`ManagedUnit` and `ModelManager` are re-exported unchanged (so a fleet host and this service agree on residency);
+otherwise the local implementation below provides the same API. `IMPLEMENTATION` says which one is live. An unload
+gives cached device memory back with `engines.device.free_cuda`, as the engines' own unloads do.
 
 Loads and unloads run outside the manager's lock, so `status()`, read from the event loop, never waits for a model
 load that can take tens of seconds; only one load/unload transition runs at a time.
@@ -11,15 +12,15 @@ load that can take tens of seconds; only one load/unload transition runs at a ti
 from __future__ import annotations
 
 import enum
-import gc
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from engines.device import free_cuda
 
 log = logging.getLogger("polytts.residency")
 
@@ -232,27 +233,6 @@ class ModelManager:
         log.info("unloaded %s (%s)", name, reason)
 
 
-def free_cuda() -> None:
-    """Return cached device memory to the driver; uses torch/MLX only if something else already imported them."""
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-                torch.cuda.ipc_collect()
-        except Exception:
-            log.warning("releasing the CUDA cache failed", exc_info=True)
-    mx = sys.modules.get("mlx.core")
-    if mx is not None:
-        try:
-            # mx.clear_cache is current MLX; older releases only have mx.metal.clear_cache.
-            clear = getattr(mx, "clear_cache", None) or mx.metal.clear_cache
-            clear()
-        except Exception:
-            log.warning("releasing the MLX cache failed", exc_info=True)
-
-
 IMPLEMENTATION = "local"
 attach: Callable[..., Any] | None = None
 """`livestack_node.attach` when the installed fleet package provides it (see fleet.py), else None."""
@@ -263,7 +243,6 @@ try:
         ManagedUnit,
         ModelManager,
         ResidencyPolicy,
-        free_cuda,
     )
 
     IMPLEMENTATION = "livestack_node"

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from engines.device import running_step
 from errors import ServiceError
-from gpu import lanes
-from gpu.fairness import FairnessPolicy, FairQueue
+from gpu.fairness import FairQueue
 from gpu.gpu_thread import GpuThread, Step
 from gpu.jobs import DONE, Job
+from gpu.scheduling_settings import SchedulingSettings
 
 log = logging.getLogger("polytts.scheduler")
 
@@ -30,19 +31,22 @@ class Scheduler:
     def __init__(
         self,
         gpu: GpuThread,
-        policy: FairnessPolicy,
+        settings: SchedulingSettings,
         resident: Callable[[], Collection[str]],
         lanes: Callable[[str], int] = lambda engine: 1,
+        shared_keys: Collection[str] = frozenset(),
     ) -> None:
-        """`lanes`: how many steps an engine runs at once (its steps then run on the GPU thread's lanes)."""
+        """`lanes`: how many steps an engine runs at once (its steps then run on the GPU thread's lanes).
+        `shared_keys`: fairness keys that unrelated clients share (`FairQueue`)."""
         self.gpu = gpu
-        self.queue = FairQueue(policy, lanes=lanes)
+        self.lanes = lanes
+        self.queue = FairQueue(settings, lanes=lanes, shared_keys=shared_keys)
         self.resident = resident
         gpu.attach(self._next_step)
 
-    @property
-    def policy(self) -> FairnessPolicy:
-        return self.queue.policy
+    def policy(self) -> dict[str, Any]:
+        """The fair queue's weights and bounds, as /admin/scheduler shows them."""
+        return self.queue.policy()
 
     def submit(self, job: Job) -> Job:
         """Admit the job or raise Busy (429); decided at once, before any audio is sent."""
@@ -68,7 +72,7 @@ class Scheduler:
         if job is None:
             return None
         beside = self.queue.runs_beside(job)
-        alongside = self.queue.lanes(job.engine) > 1 and not job.cancelled.is_set()
+        alongside = self.lanes(job.engine) > 1 and not job.cancelled.is_set()
         return Step(lambda: self._step(job, beside), alongside=alongside)
 
     def _step(self, job: Job, beside: bool = False) -> None:
@@ -79,7 +83,7 @@ class Scheduler:
         audio_s: float | None = None  # audio of a step that ran to its end
         try:
             self.queue.cut_step(job)
-            with lanes.running(beside):
+            with running_step(beside):
                 ending, audio_s = self._run_unit(job, began)
         except Exception as exc:  # handed to the request
             ending = exc

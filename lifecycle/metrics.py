@@ -151,6 +151,10 @@ class Metrics:
             self.public_registry.register(collector)
         self.registry.register(_KeyCollector(queue_stats))
 
+    def engine_loaded(self, engine: str, seconds: float) -> None:
+        """An engine loaded in `seconds` (the engine pool reports each load here)."""
+        self.load_seconds.labels(engine).observe(seconds)
+
     def render(self, per_key: bool = True) -> bytes:
         """The exposition text; without `per_key`, the series labelled by fairness key (key names) are left out."""
         return generate_latest(self.registry if per_key else self.public_registry)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -11,12 +10,11 @@ from typing import Any
 
 from cache import MemoryCache
 from engines import ENGINE_SPECS, FAMILIES
+from engines.device import process_memory, uses_mlx
 from gpu import residency
 from gpu.engine_pool import EnginePool, build_engines
-from gpu.fairness import FairnessPolicy
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import ANONYMOUS
-from gpu.runtime import process_memory, uses_mlx
 from gpu.scheduler import Scheduler
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
@@ -158,47 +156,20 @@ class Service:
 
     def scheduler_state(self) -> dict[str, Any]:
         """The fair queue in detail: its policy, and per engine and per key running, waiting, used time, rejections."""
-        return {"policy": dataclasses.asdict(self.scheduler.policy), **self.scheduler.stats()}
-
-
-def fairness_policy(settings: Settings) -> FairnessPolicy:
-    """The fair queue's weights and bounds, as the settings give them."""
-    return FairnessPolicy(
-        default_weight=settings.fairness_default_weight,
-        weights=dict(settings.fairness_weights),
-        idle_state_ttl_s=settings.idle_state_ttl_s,
-        max_pending_per_key=settings.max_pending_per_key,
-        max_pending_per_engine=settings.max_pending_per_engine,
-        engine_switch_max_wait_s=settings.engine_switch_max_wait_s,
-        max_buffered_pieces=settings.max_buffered_pieces,
-        max_inflight=settings.max_inflight,
-        max_queued_chars=settings.max_queued_chars,
-        retry_after=settings.retry_after_seconds,
-        stream_admission=settings.stream_admission,
-        stream_gpu_share=settings.stream_gpu_share,
-        short_step_s=settings.short_step_s,
-        stream_max_start_wait_s=settings.stream_max_start_wait_s,
-        slow_reader_lag_s=settings.slow_reader_lag_s,
-        reader_idle_limit_s=settings.reader_idle_limit_s,
-        max_client_share=settings.max_client_share,
-        shared_keys=frozenset({ANONYMOUS}),
-        max_idle_live=settings.max_idle_live,
-        max_idle_live_per_client=settings.max_idle_live_per_client,
-        max_tracked_keys=settings.max_tracked_keys,
-        max_key_labels=settings.max_key_labels,
-    )
+        return {"policy": self.scheduler.policy(), **self.scheduler.stats()}
 
 
 def build_service(settings: Settings) -> Service:
     gpu = GpuThread()
     # Read at scrape time, once the scheduler and the pool below exist.
     metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status())
-    pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, metrics)
+    pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, metrics.engine_loaded)
     scheduler = Scheduler(
         gpu,
-        fairness_policy(settings),
+        settings,
         lambda: pool.manager.resident(),
         lanes=lambda engine: pool.engines[engine].steps_at_once,
+        shared_keys={ANONYMOUS},
     )
     registry = VoiceRegistry(
         settings.voices_dir,

@@ -57,10 +57,9 @@ from engines.base import (
 )
 from engines.cloning import cloned_voice, prepared_key
 from engines.cosyvoice.config import CosyVoiceParams, CosyVoiceSettings
+from engines.device import free_cuda, torch_device, torch_device_memory
 from engines.hub import HubModel, weights_revision
 from errors import InvalidInput
-from gpu.residency import free_cuda
-from gpu.runtime import torch_device, torch_device_memory
 from text.languages import Language
 from text.normalize import read_english
 from text.spoken import Spoken

@@ -52,11 +52,10 @@ from engines.base import (
     VoiceRef,
 )
 from engines.cloning import cloned_voice, prepared_key
+from engines.device import free_cuda, torch_device, torch_device_memory, uses_mlx
 from engines.dots.config import DotsParams, DotsSettings
 from engines.hub import HubModel, weights_revision
 from errors import InvalidInput
-from gpu.residency import free_cuda
-from gpu.runtime import torch_device, torch_device_memory, uses_mlx
 from text.languages import Language, resolve_language
 from voicebank.voice_entry import VoiceEntry
 

@@ -28,6 +28,7 @@ from engines.base import (
     SynthesisOptions,
     VoiceRef,
 )
+from engines.device import torch_accelerator, torch_device, torch_installed, uses_mlx
 from engines.g2p import G2P, choose_english_route
 from engines.kokoro.backend import MAX_TOKENS, BackendName, KokoroBackend
 from engines.kokoro.blends import mix
@@ -35,7 +36,6 @@ from engines.kokoro.config import KokoroParams, KokoroSettings
 from engines.kokoro.stock_voices import StockVoices
 from engines.kokoro.voicepacks import read_stored_pack
 from errors import InvalidInput
-from gpu.runtime import torch_accelerator, torch_device, torch_installed, uses_mlx
 from text.languages import Language, voice_gender, voice_language
 from text.localized_numbers import read_numbers
 from text.normalize import read_english

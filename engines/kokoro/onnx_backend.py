@@ -5,12 +5,12 @@ with 0 at both ends, a style row chosen by token count from a voice pack, and a 
 as assembled, each token's duration in frames.
 
 With `parallel` above 1 the backend runs that many inferences at once (the scheduler's lanes): a step the scheduler
-runs alone gets a session with every thread; steps it runs beside each other (`gpu.lanes.beside`) get a second
-session whose threads are split (`threads // parallel`), which all of them share (a session's `run` is thread-safe,
-and one without spare threads runs each call on its caller's thread). On two cores, two single-thread inferences side
-by side make about 12-19 % more audio per second than one two-thread inference after the other, while a two-thread
-inference beside a one-thread one makes less than either: the scheduler never mixes them. The second session holds
-its own copy of the weights (about 120 MB).
+runs alone gets a session with every thread; steps it runs beside each other (`engines.device.step_runs_beside`) get
+a second session whose threads are split (`threads // parallel`), which all of them share (a session's `run` is
+thread-safe, and one without spare threads runs each call on its caller's thread). On two cores, two single-thread
+inferences side by side make about 12-19 % more audio per second than one two-thread inference after the other, while
+a two-thread inference beside a one-thread one makes less than either: the scheduler never mixes them. The second
+session holds its own copy of the weights (about 120 MB).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from engines.base import EngineLoadError
+from engines.device import step_runs_beside
 from engines.kokoro.backend import KokoroBackend
-from gpu import lanes
 from models.assemble import DURATIONS_OUTPUT, MODEL_FILE, is_assembled, model_sum
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -123,7 +123,7 @@ class OnnxBackend(KokoroBackend):
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        session = self._beside if self._beside is not None and lanes.beside() else self._session
+        session = self._beside if self._beside is not None and step_runs_beside() else self._session
         audio, durations = session.run(["audio", DURATIONS_OUTPUT], inputs)
         return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations, dtype=np.int64).reshape(-1)
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from engines.base import EngineLoadError
+from engines.device import torch_device_memory
 from engines.hub import resolve_model_folder, weights_revision
 from engines.kokoro.backend import KokoroBackend
 from engines.kokoro.voicepacks import read_pack
 from errors import NotFound
-from gpu.runtime import torch_device_memory
 
 log = logging.getLogger("polytts.engines.kokoro")
 

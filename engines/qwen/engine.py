@@ -46,12 +46,11 @@ from engines.base import (
     VoiceRef,
 )
 from engines.cloning import cloned_voice, prepared_key
+from engines.device import free_cuda, torch_device, torch_device_memory, uses_mlx
 from engines.hub import HubModel, weights_revision
 from engines.lockstep import lockstep
 from engines.qwen.config import QwenParams, QwenSettings, check_frame_bound
 from errors import InvalidInput
-from gpu.residency import free_cuda
-from gpu.runtime import torch_device, torch_device_memory, uses_mlx
 from text.languages import Language
 from voicebank.voice_entry import VoiceEntry
 

@@ -33,11 +33,11 @@ from engines.base import (
     VoiceRef,
 )
 from engines.cloning import cloned_voice, prepared_key
+from engines.device import torch_device, torch_device_memory, uses_mlx
 from engines.hub import HubModel, weights_revision
 from engines.voxcpm.config import VoxCPMParams, VoxCPMSettings
 from engines.voxcpm.prompts import prompt_sources
 from errors import InvalidInput
-from gpu.runtime import torch_device, torch_device_memory, uses_mlx
 from text.languages import Language
 
 log = logging.getLogger("polytts.engines.voxcpm")

@@ -162,8 +162,7 @@ import threading
 _spec = importlib.util.spec_from_file_location("_local_residency", os.environ["POLYTTS_ROOT"] + "/gpu/residency.py")
 _local = sys.modules["_local_residency"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_local)
-ManagedUnit, ModelManager, ResidencyPolicy, free_cuda = (
-    _local.ManagedUnit, _local.ModelManager, _local.ResidencyPolicy, _local.free_cuda)
+ManagedUnit, ModelManager, ResidencyPolicy = _local.ManagedUnit, _local.ModelManager, _local.ResidencyPolicy
 
 
 def attach(app, *, host_id, kind, units, idle_seconds, coload, gpu_call, port, in_flight, inventory, preload):

@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from errors import Busy
-from gpu.fairness import MAX_RETRY_AFTER_S, OTHER_KEYS, PROMISE_MARGIN, FairnessPolicy, FairQueue
+from gpu.admission import MAX_RETRY_AFTER_S, PROMISE_MARGIN
+from gpu.fairness import FairQueue
 from gpu.jobs import Job
 from gpu.playback import EngineSpeed
+from gpu.queue_stats import OTHER_KEYS
+from gpu.scheduling_settings import SchedulingSettings
 from lifecycle.synthesis import PlannedChunks
 from text.chunking import Chunk, chunk_text
 
@@ -54,8 +57,8 @@ def fake_job(
     return Job(engine=engine, chars=chars, steps=fake_steps, loop=loop, key=key, deadline=deadline)
 
 
-def roomy(**overrides: object) -> FairnessPolicy:
-    """A policy whose admission bounds stay out of the way unless a test sets them."""
+def roomy(**overrides: object) -> SchedulingSettings:
+    """Scheduling settings whose admission bounds stay out of the way unless a test sets them."""
     values: dict[str, object] = {
         "max_pending_per_key": 1000,
         "max_pending_per_engine": 1000,
@@ -64,7 +67,7 @@ def roomy(**overrides: object) -> FairnessPolicy:
         "stream_admission": False,
     }
     values.update(overrides)
-    return FairnessPolicy(**values)  # type: ignore[arg-type]
+    return SchedulingSettings(**values)  # type: ignore[arg-type]
 
 
 def run_shares(
@@ -113,7 +116,7 @@ def test_one_keys_jobs_keep_their_order(loop: asyncio.AbstractEventLoop) -> None
 
 def test_weights_share_gpu_time_two_to_one(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = FairQueue(roomy(weights={"a": 2.0}, default_weight=1.0), clock)
+    queue = FairQueue(roomy(fairness_weights={"a": 2.0}, fairness_default_weight=1.0), clock)
     served = run_shares(queue, clock, loop, ["a", "b"], steps=200)
     assert abs(served["a"] - 133) <= 2 and abs(served["b"] - 67) <= 2, served
     keys = queue.stats()["keys"]
@@ -123,14 +126,14 @@ def test_weights_share_gpu_time_two_to_one(loop: asyncio.AbstractEventLoop) -> N
 
 def test_default_weight_applies_to_every_unnamed_key(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = FairQueue(roomy(weights={"slow": 1.0}, default_weight=2.0), clock)
+    queue = FairQueue(roomy(fairness_weights={"slow": 1.0}, fairness_default_weight=2.0), clock)
     served = run_shares(queue, clock, loop, ["anyone", "slow"], steps=150)
     assert abs(served["anyone"] - 100) <= 2 and abs(served["slow"] - 50) <= 2, served
 
 
 def test_a_key_name_grants_no_weight_by_itself(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = FairQueue(roomy(weights={"a": 2.0}), clock)
+    queue = FairQueue(roomy(fairness_weights={"a": 2.0}), clock)
     served = run_shares(queue, clock, loop, ["admin", "interactive", "anonymous"], steps=150)
     assert all(abs(served[key] - 50) <= 1 for key in ("admin", "interactive", "anonymous")), served
     assert {key: s["weight"] for key, s in queue.stats()["keys"].items()} == {
@@ -142,7 +145,7 @@ def test_a_key_name_grants_no_weight_by_itself(loop: asyncio.AbstractEventLoop) 
 
 def test_a_lone_key_uses_all_capacity(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = FairQueue(roomy(weights={"a": 0.1, "idle": 100.0}), clock)
+    queue = FairQueue(roomy(fairness_weights={"a": 0.1, "idle": 100.0}), clock)
     idle = queue.add(fake_job(loop, "idle"))
     assert queue.pick({"kokoro"}) is idle
     queue.remove(idle)  # "idle" was busy once, then went idle (its state is kept)
@@ -173,7 +176,7 @@ def test_a_newly_busy_key_starts_level_with_the_least_served_busy_key(loop: asyn
     assert order == ["b", "a"] * 5
     keys = queue.stats()["keys"]
     assert keys["a"]["used_gpu_s"] == 105.0 and keys["b"]["used_gpu_s"] == 5.0
-    assert b in queue.keys["b"].jobs
+    assert b in queue.state.keys["b"].jobs
 
 
 def test_a_returning_key_gets_no_credit_for_its_idle_time(loop: asyncio.AbstractEventLoop) -> None:
@@ -214,7 +217,7 @@ def test_idle_key_state_is_kept_until_the_ttl(loop: asyncio.AbstractEventLoop) -
     assert "a" not in queue.stats()["keys"]
     queue.add(fake_job(loop, "a"))
     assert queue.stats()["keys"]["a"]["used_gpu_s"] == 0.0
-    assert queue.keys["a"].virtual == queue.floor  # forgotten: it starts level with the system, no credit
+    assert queue.state.keys["a"].virtual == queue.state.floor  # forgotten: it starts level with the system, no credit
 
 
 def test_busy_key_state_never_expires(loop: asyncio.AbstractEventLoop) -> None:
@@ -268,7 +271,7 @@ def test_resident_engine_keeps_the_thread_until_the_switch_bound(loop: asyncio.A
         clock.advance(1.0)
         queue.charge(job, 1.0)
     assert picks == [kok] * 5
-    assert queue.keys["a"].used == 5.0 and queue.keys["b"].used == 0.0
+    assert queue.state.keys["a"].used == 5.0 and queue.state.keys["b"].used == 0.0
     assert clock() == 5.0  # voxcpm's request has now waited exactly the bound
     assert queue.pick({"kokoro"}) is vox
 
@@ -391,7 +394,7 @@ def test_rejections_are_counted_per_key_and_engine(loop: asyncio.AbstractEventLo
     assert stats["rejected"] == 4
     # keys with state count their own rejections; "c" never had any, so no state was made for it
     assert {key: s["rejected"] for key, s in stats["keys"].items()} == {"a": 2, "b": 1, OTHER_KEYS: 1}
-    assert "c" not in queue.keys
+    assert "c" not in queue.state.keys
     assert {engine: s["rejected"] for engine, s in stats["engines"].items()} == {"kokoro": 2, "voxcpm": 2}
 
 
@@ -468,9 +471,9 @@ def test_a_key_arriving_in_another_keys_gap_between_requests_does_not_monopolise
 def test_weights_must_be_positive() -> None:
     for weight in (0.0, -1.0):
         with pytest.raises(ValueError, match="weight"):
-            FairnessPolicy(weights={"z": weight})
+            SchedulingSettings(fairness_weights={"z": weight})
     with pytest.raises(ValueError, match="weight"):
-        FairnessPolicy(default_weight=0.0)
+        SchedulingSettings(fairness_default_weight=0.0)
 
 
 def test_a_cancelled_job_is_dropped_first_even_behind_others(loop: asyncio.AbstractEventLoop) -> None:
@@ -517,7 +520,7 @@ def stream_job(
 
 def measured(queue: FairQueue, engine: str = "kokoro", steps: int = EngineSpeed.window) -> FairQueue:
     """The queue with `steps` steps of its engine measured (a whole window by default: the speed is settled)."""
-    speed = queue.speeds.setdefault(engine, EngineSpeed())
+    speed = queue.state.speeds.setdefault(engine, EngineSpeed())
     for _ in range(steps):
         speed.learn(100, 100 * GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
     return queue
@@ -552,12 +555,12 @@ def test_a_newcomer_of_the_same_key_starts_after_the_step_under_way(loop: asynci
         serve(queue, clock)
     newcomer = queue.add(stream_job(loop, key, units=(60, 120)))
     assert queue.pick({"kokoro"}) is newcomer  # not behind the first stream's whole text, nor the batch job
-    assert first in queue.keys[key].jobs and batch in queue.keys[key].jobs
+    assert first in queue.state.keys[key].jobs and batch in queue.state.keys[key].jobs
 
 
 def test_newcomers_start_in_order_of_arrival_whatever_their_keys_and_weights(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = measured(FairQueue(roomy(weights={"gold": 10.0}), clock))
+    queue = measured(FairQueue(roomy(fairness_weights={"gold": 10.0}), clock))
     queue.add(fake_job(loop, "gold", chars=5000))
     jobs = [queue.add(stream_job(loop, key)) for key in ("anonymous", "gold", "anonymous", "bob")]
     assert [serve(queue, clock) for _ in jobs] == jobs
@@ -595,7 +598,7 @@ def test_a_stream_ahead_of_its_listener_yields_to_one_near_underrun_and_to_whole
 
 def test_two_to_one_weights_hold_for_busy_whole_file_work_while_streams_play(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    queue = measured(FairQueue(roomy(weights={"a": 2.0}), clock))
+    queue = measured(FairQueue(roomy(fairness_weights={"a": 2.0}), clock))
     streams = [queue.add(stream_job(loop, "listener", units=[60] + [120] * 40))]
     for key in ("a", "b"):
         for _ in range(40):
@@ -614,7 +617,7 @@ def advance_serving(queue: FairQueue, clock: Clock, until: float) -> None:
         if queue.pick({"kokoro"}) is None:
             clock.now = until
             return
-        queue.running.clear()  # that pick was a look: serve picks again
+        queue.state.running.clear()  # that pick was a look: serve picks again
         serve(queue, clock)
 
 
@@ -788,7 +791,7 @@ def test_one_client_address_holds_at_most_its_share_of_the_slots(loop: asyncio.A
     assert queue.add(stream_job(loop, "a", units=(60,), client="10.0.0.2")) is not None
     held[0].detached = True  # a response that no longer holds a slot does not count
     assert queue.add(stream_job(loop, "a", units=(60,), client="10.0.0.1")) is not None
-    assert FairnessPolicy(max_inflight=1, max_client_share=0.1).max_per_client == 1  # never below one
+    assert SchedulingSettings(max_inflight=1, max_client_share=0.1).max_per_client == 1  # never below one
 
 
 def test_rejected_keys_create_no_state_and_key_states_and_labels_are_capped(loop: asyncio.AbstractEventLoop) -> None:
@@ -798,7 +801,7 @@ def test_rejected_keys_create_no_state_and_key_states_and_labels_are_capped(loop
     for i in range(500):
         with pytest.raises(Busy):
             queue.add(fake_job(loop, f"random-{i}"))
-    assert list(queue.keys) == ["holder"]
+    assert list(queue.state.keys) == ["holder"]
     stats = queue.stats()
     assert set(stats["keys"]) == {"holder", OTHER_KEYS} and stats["keys"][OTHER_KEYS]["rejected"] == 500
     assert stats["rejected"] == 500 and stats["rejected_by_code"] == {"server_busy": 500}
@@ -807,7 +810,7 @@ def test_rejected_keys_create_no_state_and_key_states_and_labels_are_capped(loop
         clock.advance(1.0)
         queue.remove(queue.add(fake_job(loop, f"user-{i}")))
     queue.stats()  # like add and pick, applies the bound
-    assert sorted(queue.keys) == ["user-7", "user-8", "user-9"]  # the three most recently active idle keys
+    assert sorted(queue.state.keys) == ["user-7", "user-8", "user-9"]  # the three most recently active idle keys
     wide = FairQueue(roomy(max_key_labels=2), clock)
     for key, count in (("a", 1), ("b", 3), ("c", 2), ("d", 1)):
         for _ in range(count):
@@ -825,8 +828,7 @@ def live_job(loop: asyncio.AbstractEventLoop, key: str, client: str, text: list[
 
 
 def test_live_requests_waiting_for_text_hold_no_admission_place(loop: asyncio.AbstractEventLoop) -> None:
-    policy = roomy(max_pending_per_key=8, max_inflight=8, shared_keys=frozenset({"anonymous"}))
-    queue = FairQueue(policy, Clock())
+    queue = FairQueue(roomy(max_pending_per_key=8, max_inflight=8), Clock(), shared_keys={"anonymous"})
     texts: list[list[str]] = [[] for _ in range(8)]
     idle = [queue.add(live_job(loop, "anonymous", "10.0.0.1", text)) for text in texts]
     # Eight open sessions that send nothing: every other client, and the same one, is still admitted.
@@ -859,7 +861,7 @@ def test_live_requests_waiting_for_text_are_bounded_per_client_address_and_in_al
 
 
 def test_one_address_cannot_exhaust_the_anonymous_key_for_the_others(loop: asyncio.AbstractEventLoop) -> None:
-    queue = FairQueue(roomy(max_pending_per_key=2, shared_keys=frozenset({"anonymous"})), Clock())
+    queue = FairQueue(roomy(max_pending_per_key=2), Clock(), shared_keys={"anonymous"})
 
     def from_(client: str, key: str = "anonymous") -> Job:
         job = fake_job(loop, key)
@@ -1104,7 +1106,7 @@ def test_admission_keeps_a_second_stream_out_until_two_steps_at_once_are_measure
     def queue_with(slowdown: float | None) -> FairQueue:
         clock = Clock()
         queue = FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8), clock, lanes=lambda engine: 2)
-        speed = queue.speeds.setdefault("kokoro", EngineSpeed())
+        speed = queue.state.speeds.setdefault("kokoro", EngineSpeed())
         for _ in range(EngineSpeed.window):  # 0.45 GPU seconds per audio second alone, as on the 2-core machine
             speed.learn(100, 100 * BOX_GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
             if slowdown is not None:
@@ -1143,8 +1145,8 @@ def test_another_clients_sentence_is_admitted_while_a_180_character_one_streams_
     """Steps run as the scheduler runs them on the fake clock (taking the box's measured speeds): the newcomer waits
     for a short step of the stream playing, whose listener keeps enough in hand."""
     clock = Clock()
-    queue = FairQueue(roomy(stream_admission=True, shared_keys=frozenset({"anonymous"})), clock, lanes=lambda e: lanes)
-    speed = queue.speeds.setdefault("kokoro", EngineSpeed())
+    queue = FairQueue(roomy(stream_admission=True), clock, lanes=lambda e: lanes, shared_keys={"anonymous"})
+    speed = queue.state.speeds.setdefault("kokoro", EngineSpeed())
     for _ in range(EngineSpeed.window):
         speed.learn(100, 100 * BOX_GPU_PER_CHAR, 100 * AUDIO_PER_CHAR)
         speed.learn(100, 100 * BOX_GPU_PER_CHAR * BOX_SLOWDOWN, 100 * AUDIO_PER_CHAR, overlap=2.0)
@@ -1159,7 +1161,7 @@ def test_another_clients_sentence_is_admitted_while_a_180_character_one_streams_
     def start_steps() -> None:
         while (job := queue.pick({"kokoro"})) is not None:
             queue.cut_step(job)
-            slowdown = BOX_SLOWDOWN if len(queue.running) > 1 else 1.0
+            slowdown = BOX_SLOWDOWN if len(queue.state.running) > 1 else 1.0
             under_way[job] = clock() + job.chars_left()[0] * BOX_GPU_PER_CHAR * slowdown
 
     def end_a_step() -> None:

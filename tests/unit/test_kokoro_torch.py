@@ -15,7 +15,6 @@ from engines.kokoro.engine import KokoroEngine
 from errors import NotFound
 from gpu.engine_pool import EnginePool, build_engines
 from gpu.gpu_thread import GpuThread
-from lifecycle.metrics import Metrics
 from settings import load_settings
 from tests.support.tiny_kokoro import TINY_KOKORO_VOICES
 from text.chunking import chunk_text
@@ -120,7 +119,7 @@ def test_a_folder_without_weights_is_named(tmp_path: Path) -> None:
 async def test_the_manager_reports_the_footprint_measured_after_load(tiny_kokoro: Path, tmp_path: Path) -> None:
     settings = load_settings(kokoro_backend="torch", kokoro_model=str(tiny_kokoro), runtime="cpu", cache_dir=tmp_path)
     gpu = GpuThread()
-    pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, Metrics(dict, dict))
+    pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu)
     assert pool.manager.status()["units"]["kokoro"]["footprint"] == 0  # nothing is loaded yet
     gpu.start()
     try:

@@ -155,3 +155,77 @@ def test_live_text_and_the_lifecycle_are_on_no_import_cycle() -> None:
     for name in ("text.live_text", "lifecycle.synthesis"):
         cycle = path_between(name, name)
         assert cycle is None, " -> ".join(cycle)
+
+
+def modules_of(*packages: str) -> list[str]:
+    """The project modules inside these top-level packages (the packages themselves included)."""
+    return sorted(name for name in project_modules() if name.split(".")[0] in packages)
+
+
+def test_the_gpu_layer_never_imports_the_lifecycle_or_the_web_layer() -> None:
+    """gpu/ sits below the lifecycle: what it measures it hands up (stats read at scrape time, a callback per
+    engine load), never by importing lifecycle.metrics."""
+    offenders = [
+        f"{name} imports {module}"
+        for name in modules_of("gpu")
+        for module, _ in imported(name)
+        if module.split(".")[0] in ("lifecycle", "web")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_engines_never_import_the_gpu_layer_or_the_lifecycle() -> None:
+    """The engines sit below gpu/ (whose pool builds them): device plumbing they need is `engines.device`."""
+    offenders = [
+        f"{name} imports {module}"
+        for name in engine_modules()
+        for module, _ in imported(name)
+        if module.split(".")[0] in ("gpu", "lifecycle")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+FAIR_QUEUE_INSIDES = (
+    "gpu.fairness",
+    "gpu.queue_state",
+    "gpu.admission",
+    "gpu.ordering",
+    "gpu.slow_readers",
+    "gpu.queue_stats",
+)
+"""The fair queue and its parts: the scheduler (`gpu.scheduler.Scheduler`) drives the queue; above gpu/ nothing
+reaches inside (tests do)."""
+FAIR_QUEUE = ("gpu.scheduler", "gpu.scheduling_settings", *FAIR_QUEUE_INSIDES)
+
+
+def test_only_the_gpu_layer_reaches_inside_the_fair_queue() -> None:
+    assert set(FAIR_QUEUE) <= set(project_modules())
+    offenders = [
+        f"{name} imports {module} {' '.join(names)}".rstrip()
+        for name in project_modules()
+        if name.split(".")[0] not in ("gpu", "tests")
+        for module, names in imported(name)
+        if module in FAIR_QUEUE_INSIDES or any(f"{module}.{n}" in FAIR_QUEUE_INSIDES for n in names)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_fair_queue_reads_its_own_settings_only() -> None:
+    """The queue and the scheduler take `SchedulingSettings`, never the service's whole settings.py."""
+    offenders = [
+        f"{name} imports {module}" for name in FAIR_QUEUE for module, _ in imported(name) if module == "settings"
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_scheduling_settings_are_declared_once_and_composed_into_the_service_settings() -> None:
+    from gpu.scheduling_settings import SchedulingSettings
+    from settings import Settings
+
+    assert issubclass(Settings, SchedulingSettings)
+    for name, field in SchedulingSettings.model_fields.items():
+        composed = Settings.model_fields.get(name)
+        assert composed is not None, f"{name} is not a setting of Settings"
+        assert (composed.default, composed.metadata) == (field.default, field.metadata), name
+        declaring = [cls.__qualname__ for cls in Settings.__mro__ if name in cls.__dict__.get("__annotations__", {})]
+        assert declaring == ["SchedulingSettings"], f"{name} is declared by {declaring}"

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from engines.base import BuiltinVoice, EngineCaps, EngineContext, SynthesisOptions
+from engines.device import running_step
 from engines.kokoro.config import KokoroSettings
 from engines.kokoro.engine import SPEC as KOKORO
 from engines.kokoro.engine import KokoroEngine
 from engines.kokoro.onnx_backend import AUTO_LANES, OnnxBackend
-from gpu import lanes
 from tests.support.polling import wait_until
 from text.languages import resolve_language
 
@@ -73,7 +73,7 @@ def test_a_short_inference_started_beside_a_long_one_ends_first_with_the_audio_i
     worker.start()
     wait_until(inferring.is_set, 30, "the long inference to start")
     monkeypatch.setattr(backend, "infer_timed", infer)
-    with lanes.running(beside=True):  # as the scheduler runs a step beside another: the second session
+    with running_step(beside=True):  # as the scheduler runs a step beside another: the second session
         beside = speak(engine, SHORT)
     ended["short"] = time.perf_counter()
     worker.join(120)

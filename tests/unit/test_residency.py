@@ -5,13 +5,11 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import subprocess
 import sys
 import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -378,27 +376,6 @@ def test_duplicate_unit_names_are_rejected(calls: Calls) -> None:
         residency.ModelManager([make_unit("a", calls), make_unit("a", calls)], idle_seconds=30)
 
 
-def test_free_cuda_does_not_import_torch() -> None:
-    # A fresh interpreter: other tests in this process import torch on purpose.
-    check = "import sys; from gpu import residency; residency.free_cuda(); sys.exit('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).resolve().parents[2])
-    assert result.returncode == 0
-
-
-def test_free_cuda_uses_already_imported_torch_and_mlx(monkeypatch: pytest.MonkeyPatch) -> None:
-    used: list[str] = []
-    cuda = types.SimpleNamespace(
-        is_available=lambda: True,
-        empty_cache=lambda: used.append("empty_cache"),
-        ipc_collect=lambda: used.append("ipc_collect"),
-    )
-    mx = types.SimpleNamespace(clear_cache=lambda: used.append("mx.clear_cache"))
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    monkeypatch.setitem(sys.modules, "mlx.core", mx)
-    residency.free_cuda()
-    assert used == ["empty_cache", "ipc_collect", "mx.clear_cache"]
-
-
 def test_livestack_node_is_reexported_when_installed() -> None:
     fake = types.ModuleType("livestack_node")
 
@@ -411,13 +388,9 @@ def test_livestack_node_is_reexported_when_installed() -> None:
     class ModelManager:
         pass
 
-    def free_cuda() -> None:
-        pass
-
     fake.ResidencyPolicy = ResidencyPolicy  # type: ignore[attr-defined]
     fake.ManagedUnit = ManagedUnit  # type: ignore[attr-defined]
     fake.ModelManager = ModelManager  # type: ignore[attr-defined]
-    fake.free_cuda = free_cuda  # type: ignore[attr-defined]
     local_manager = residency.ModelManager
 
     with reloaded_with(fake) as module:
@@ -425,7 +398,6 @@ def test_livestack_node_is_reexported_when_installed() -> None:
         assert module.ResidencyPolicy is ResidencyPolicy
         assert module.ManagedUnit is ManagedUnit
         assert module.ModelManager is ModelManager
-        assert module.free_cuda is free_cuda
 
     assert residency.IMPLEMENTATION == "local"
     assert residency.ModelManager is local_manager

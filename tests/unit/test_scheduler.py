@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu.fairness import FairnessPolicy
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import Job, JobCancelled
 from gpu.scheduler import Scheduler
+from gpu.scheduling_settings import SchedulingSettings
 from tests.support.polling import wait_until
 
 WAIT = 2.0  # seconds any gate may block before a test fails instead of hanging
@@ -29,8 +29,14 @@ def gpu() -> Iterator[GpuThread]:
     thread.stop(timeout=WAIT)
 
 
-def scheduler_for(gpu: GpuThread, **policy: object) -> Scheduler:
-    return Scheduler(gpu, FairnessPolicy(**policy), lambda: ["kokoro"])  # type: ignore[arg-type]
+def scheduling(**overrides: object) -> SchedulingSettings:
+    """The scheduling settings these tests run under: the defaults, but room for 64 syntheses and 100,000 characters
+    waiting (the fair queue's own defaults when these tests were written)."""
+    return SchedulingSettings(**{"max_inflight": 64, "max_queued_chars": 100_000, **overrides})  # type: ignore[arg-type]
+
+
+def scheduler_for(gpu: GpuThread, **overrides: object) -> Scheduler:
+    return Scheduler(gpu, scheduling(**overrides), lambda: ["kokoro"])
 
 
 def piece(value: float) -> np.ndarray:
@@ -429,7 +435,7 @@ async def test_whole_file_jobs_have_no_playback_clock(gpu: GpuThread) -> None:
 
 
 async def test_steps_of_an_engine_with_lanes_run_at_once_and_one_off_calls_wait_for_them(gpu: GpuThread) -> None:
-    scheduler = Scheduler(gpu, FairnessPolicy(), lambda: ["kokoro"], lanes=lambda engine: 2)
+    scheduler = Scheduler(gpu, scheduling(), lambda: ["kokoro"], lanes=lambda engine: 2)
     both_inside = threading.Barrier(2, timeout=WAIT)  # passes only while both steps run at once
     release = threading.Event()
     events: list[str] = []

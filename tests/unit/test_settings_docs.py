@@ -31,7 +31,8 @@ def test_each_engine_familys_settings_have_their_own_section() -> None:
     reference = generate.settings_reference()
     sections = [line for line in reference.splitlines() if line.startswith("## ")]
     assert sections[0] == "## The service: `settings.ServiceSettings`"
-    assert [section.split("`")[1] for section in sections[1:]] == ["kokoro", "voxcpm", "qwen", "dots", "cosyvoice"]
+    assert sections[1] == "## Scheduling: `gpu.scheduling_settings.SchedulingSettings`"
+    assert [section.split("`")[1] for section in sections[2:]] == ["kokoro", "voxcpm", "qwen", "dots", "cosyvoice"]
     kokoro = reference.index("## Engine `kokoro`")
     assert reference.index("`POLYTTS_KOKORO_BACKEND`") > kokoro > reference.index("`POLYTTS_PORT`")
 

@@ -1,16 +1,29 @@
-"""Which device models run on, decided once, and the start-up refusal when a demanded GPU is missing.
+"""The device models run on, as every engine and the service see it: which device (decided once, and the start-up
+refusal when a demanded GPU is missing), what a device holds, giving cached device memory back, and whether the step
+the current thread runs shares the machine with other steps.
 
 torch decides whether CUDA exists once, at import: a process started while the driver was reloading would serve on
 the CPU for days with every request "succeeding". So when the operator demands a GPU that torch cannot see, the
 server refuses to start, which is the one failure a supervisor makes visible.
+
+An engine that runs several steps at once (on the GPU thread's lanes) and splits its threads between overlapping
+steps (Kokoro on ONNX Runtime) reads `step_runs_beside` to choose how many threads a step gets; the scheduler says
+so around each step (`running_step`).
+
+This module imports nothing of the service: engines, the GPU layer and the server all build on it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.util
 import logging
 import os
 import platform
+import sys
+import threading
+from collections.abc import Iterator
 
 log = logging.getLogger("polytts.runtime")
 
@@ -70,6 +83,27 @@ def torch_device_memory(device: str) -> dict[str, int]:
     return {}
 
 
+def free_cuda() -> None:
+    """Return cached device memory to the driver; uses torch/MLX only if something else already imported them."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+                torch.cuda.ipc_collect()
+        except Exception:
+            log.warning("releasing the CUDA cache failed", exc_info=True)
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        try:
+            # mx.clear_cache is current MLX; older releases only have mx.metal.clear_cache.
+            clear = getattr(mx, "clear_cache", None) or mx.metal.clear_cache
+            clear()
+        except Exception:
+            log.warning("releasing the MLX cache failed", exc_info=True)
+
+
 def process_memory() -> dict[str, int]:
     """This process's resident memory now (Linux) and at its peak, in bytes."""
     import resource
@@ -103,3 +137,22 @@ def check_runtime(runtime: str, allow_cpu: bool) -> None:
         f"POLYTTS_RUNTIME={runtime} but {why}; refusing to start rather than serve slowly on the CPU "
         "(check the driver, or set POLYTTS_ALLOW_CPU=1 to run on the CPU anyway)"
     )
+
+
+_step = threading.local()
+
+
+def step_runs_beside() -> bool:
+    """Whether the step running on this thread runs beside others (False outside a step, and for a step alone)."""
+    return bool(getattr(_step, "beside", False))
+
+
+@contextlib.contextmanager
+def running_step(beside: bool) -> Iterator[None]:
+    """Around one step on this thread: whether it runs beside others."""
+    before = getattr(_step, "beside", False)
+    _step.beside = beside
+    try:
+        yield
+    finally:
+        _step.beside = before
