@@ -476,6 +476,34 @@ def test_weights_must_be_positive() -> None:
         SchedulingSettings(fairness_default_weight=0.0)
 
 
+def test_the_policy_shows_every_scheduling_setting_under_the_names_admin_scheduler_always_showed() -> None:
+    settings = SchedulingSettings(fairness_weights={"a": 2.0}, max_inflight=12)
+    assert FairQueue(settings, Clock(), shared_keys={"anonymous"}).policy() == {
+        "default_weight": 1.0,
+        "weights": {"a": 2.0},
+        "idle_state_ttl_s": 300.0,
+        "max_pending_per_key": 8,
+        "max_pending_per_engine": 32,
+        "engine_switch_max_wait_s": 5.0,
+        "max_buffered_pieces": 8,
+        "max_inflight": 12,
+        "max_queued_chars": 20_000,
+        "retry_after": 2.0,
+        "stream_admission": True,
+        "stream_gpu_share": 0.8,
+        "short_step_s": 0.8,
+        "stream_max_start_wait_s": 5.0,
+        "slow_reader_lag_s": 10.0,
+        "reader_idle_limit_s": 60.0,
+        "max_client_share": 0.5,
+        "shared_keys": frozenset({"anonymous"}),
+        "max_idle_live": 128,
+        "max_idle_live_per_client": 8,
+        "max_tracked_keys": 256,
+        "max_key_labels": 32,
+    }
+
+
 def test_a_cancelled_job_is_dropped_first_even_behind_others(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
     queue = FairQueue(roomy(), clock)
