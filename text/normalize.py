@@ -299,7 +299,7 @@ def normalize_english(text: str) -> str:
     """Rewrite numbers, money, dates, times, units, abbreviations, URLs, e-mail addresses and symbols as words.
 
     Sentences keep their final punctuation; an abbreviation's full stop survives only where it ends the sentence
-    ("…, etc." et cetera.). Whitespace is collapsed as `normalize_text` does: line breaks stay. Never raises.
+    ("…, etc." et cetera.). Whitespace is collapsed as `collapse_whitespace` does: line breaks stay. Never raises.
     """
     return read_english(Spoken.of(text)).text
 

@@ -14,7 +14,7 @@ from errors import Busy
 from gpu.fairness import MAX_RETRY_AFTER_S, OTHER_KEYS, PROMISE_MARGIN, FairnessPolicy, FairQueue
 from gpu.jobs import Job
 from gpu.playback import EngineSpeed
-from lifecycle.synthesis import PlannedChunks
+from lifecycle.chunk_sources import PlannedChunks
 from text.chunking import Chunk, chunk_text
 
 
