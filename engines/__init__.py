@@ -13,9 +13,12 @@ What each family package holds (`engines/<family>/`):
   modules (`config.py`, Kokoro's `backend.py`, VoxCPM's `prompts.py`), never `engine.py` or the package.
 
 What families share sits in one module each here: base.py (the interfaces), hub.py (weights from a folder or the
-hub), artefacts.py (per-voice files on disk), cloning.py (taking a voice as a registered clip), lockstep.py (the
-lock-step thread bridge), mlx_base.py (what every mlx-audio engine shares), g2p.py (text to phonemes) and
-import_stubs.py (stand-ins for modules a package imports but never uses).
+hub), artefacts.py (per-voice files on disk), cloning.py (taking a voice as a registered clip), blends.py (the
+formula that names a blend of voices), lockstep.py (the lock-step thread bridge), mlx_base.py (what every mlx-audio
+engine shares), g2p.py (text to phonemes) and import_stubs.py (stand-ins for modules a package imports but never
+uses). What the rest of the service needs of a family it reads from the family's `EngineSpec` (a family whose voices
+are style packs declares what a pack is there: `EngineSpec.packs`); no module outside engines/ imports a family
+package.
 
 Adding a family touches: its package (`__init__.py`, `config.py`, `engine.py` and any backends), one entry in
 ENGINE_SPECS below, its requirements (requirements-*.txt) and its tests (tests/unit/test_<family>.py). settings.py

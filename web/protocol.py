@@ -15,7 +15,7 @@ from audio.encoding import AudioFormat
 from audio.word_timings import CaptionFormat
 from engines import ENGINE_SPECS, FAMILIES
 from gpu.engine_pool import EngineStatus
-from voicebank.registry import MAX_REF_TEXT_CHARS
+from voicebank.registration import MAX_REF_TEXT_CHARS
 
 
 class VoiceFields(BaseModel):
