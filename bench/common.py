@@ -358,7 +358,8 @@ def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterat
     from engines import ENGINE_SPECS, FAMILIES
     from engines.base import SynthesisOptions
     from gpu.engine_pool import build_engines
-    from lifecycle.synthesis import SynthesisService, Voicing
+    from lifecycle.plan import chunk_caps
+    from lifecycle.voicing import Voicing
     from settings import load_settings
     from text.languages import resolve_language
 
@@ -374,7 +375,7 @@ def in_process_engine(voice_name: str | None = None, **overrides: Any) -> Iterat
         options = SynthesisOptions(resolve_language(voice.language), FAMILIES[engine.name].param_defaults())
 
         def speak(text: str) -> Iterator[Any]:
-            chunks = engine.spoken_text(text, options).chunks(*SynthesisService.caps(engine, None, None))
+            chunks = engine.spoken_text(text, options).chunks(*chunk_caps(engine, None, None))
             voicing = Voicing(engine, options, timed=False)
             for index, chunk in enumerate(chunks):
                 yield from voicing.chunk(chunk, engine.prepare_voice(voice), last=index == len(chunks) - 1)

@@ -15,9 +15,12 @@ What each family package holds (`engines/<family>/`):
 What families share sits in one module each here: base.py (the interfaces), device.py (which device models run
 on, what it holds, giving its cached memory back, and whether a step runs beside others), hub.py (weights from a
 folder or the hub), artefacts.py (per-voice files on disk), cloning.py (taking a voice as a registered clip),
-lockstep.py (the lock-step thread bridge), mlx_base.py (what every mlx-audio engine shares), g2p.py (text to
-phonemes) and import_stubs.py (stand-ins for modules a package imports but never uses). They import nothing of the
-service above the engines (gpu/, lifecycle/, web/, settings.py): the GPU layer builds on them.
+blends.py (the formula that names a blend of voices), lockstep.py (the lock-step thread bridge), mlx_base.py (what
+every mlx-audio engine shares), g2p.py (text to phonemes) and import_stubs.py (stand-ins for modules a package
+imports but never uses). They import nothing of the service above the engines (gpu/, lifecycle/, web/,
+settings.py): the GPU layer builds on them. What the rest of the service needs of a family it reads from the
+family's `EngineSpec` (a family whose voices are style packs declares what a pack is there: `EngineSpec.packs`); no
+module outside engines/ imports a family package.
 
 Adding a family touches: its package (`__init__.py`, `config.py`, `engine.py` and any backends), one entry in
 ENGINE_SPECS below, its requirements (requirements-*.txt) and its tests (tests/unit/test_<family>.py). settings.py

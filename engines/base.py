@@ -129,6 +129,26 @@ FamilySettings = TypeVar("FamilySettings", bound=EngineSettings)
 
 
 @dataclass(frozen=True)
+class PackFormat:
+    """What a voice pack is to a family whose voices are style packs (`EngineSpec.packs`): the voice bank reads,
+    names and checks uploaded and stored packs through it, knowing nothing of what a pack holds. A pack is read into
+    one float array, stored as a plain .npy file, and its voice id hashes its values, so the same pack has the same id
+    whatever file format carried it."""
+
+    read: Callable[[bytes, str], np.ndarray]
+    """An uploaded pack (its bytes and file name) parsed and checked without running pickled code; a refusal is a
+    422 `InvalidInput` with a `pack_*` code."""
+    voice_id: Callable[[np.ndarray], str]
+    """The voice id of a pack as `read` returns it: a hash of its values."""
+    stored_problem: Callable[[Path], str | None]
+    """Why a stored pack file cannot hold a pack, judged without reading its values (cheap enough for every voice at
+    start-up); None when it looks whole."""
+    read_stored: Callable[[Path, str], np.ndarray]
+    """A stored pack read back in full and checked against its voice id: a damaged one is the voice's
+    `voice_damaged` error."""
+
+
+@dataclass(frozen=True)
 class EngineSpec(Generic[FamilySettings]):
     """What the wiring needs to know of one engine family, declared by the family's own module.
 
@@ -144,8 +164,9 @@ class EngineSpec(Generic[FamilySettings]):
     """The family's own `POLYTTS_*` settings; the service's `Settings` is composed from every family's."""
     build: Callable[[FamilySettings, EngineContext], Engine | None]
     """The engine this node runs for the family, or None when it cannot (its package is not installed)."""
-    accepts_packs: bool = False
-    """Whether a voice can be registered from an uploaded style pack (`voice_pack`)."""
+    packs: PackFormat | None = None
+    """For families whose voices are style packs: what a pack is (a voice can then be registered from an uploaded
+    `voice_pack`, and the family's voices blend)."""
     accepts_instead: str = ""
     """For families that cannot clone: what they take as a voice instead (shown in the 422)."""
     takes_seed: bool = False
@@ -153,6 +174,11 @@ class EngineSpec(Generic[FamilySettings]):
     transcript_optional: bool = False
     """Whether a clip may be registered without its transcript outside x-vector-only mode (CosyVoice's zero-shot
     prompt takes an empty one)."""
+
+    @property
+    def accepts_packs(self) -> bool:
+        """Whether a voice can be registered from an uploaded style pack (`voice_pack`), and voices blend."""
+        return self.packs is not None
 
     def param_defaults(self) -> dict[str, Param]:
         return self.params().model_dump()

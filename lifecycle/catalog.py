@@ -11,7 +11,7 @@ from typing import Any
 
 from engines import FAMILIES
 from engines.base import BlendVoice, BuiltinVoice, VoiceRef
-from engines.kokoro.blends import canonical_blend, is_blend, parse_blend
+from engines.blends import canonical_blend, is_blend, parse_blend
 from errors import InvalidInput, NotFound, ServiceError, Unavailable
 from gpu.engine_pool import EnginePool
 from voicebank import bundles

@@ -391,7 +391,7 @@ def _caps(first_chunk_chars: int, max_chunk_chars: int) -> tuple[int, int, int]:
     return first, min(2 * first, cap), cap
 
 
-def normalize_text(text: str) -> str:
+def collapse_whitespace(text: str) -> str:
     """Collapse runs of spaces and tabs; keep a line break as a sentence boundary and one blank line as a
     paragraph boundary."""
     paragraphs = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
@@ -406,12 +406,12 @@ def is_speakable(text: str) -> bool:
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of the text; full stops of abbreviations, initials and decimals do not end one."""
-    text = normalize_text(text)
+    text = collapse_whitespace(text)
     return [_clean(text[start:end]) for start, end in sentence_spans(text)]
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Where each sentence of a text already normalized (`normalize_text`) starts and ends; none holds a line break."""
+    """Where each sentence of a text already normalized (`collapse_whitespace`) starts and ends; none holds a line break."""
     pieces, _ = _pieces(text, 0, final=True)
     return [(sentence[0].start, sentence[-1].end) for sentence in _sentences(pieces)]
 
@@ -436,7 +436,7 @@ def chunk_text(
     - `written`, for a text as spoken (already normalized: `Spoken.chunks`), gives the written text that
       `text[start:end]` speaks: each chunk carries it.
     """
-    text = normalize_text(text)
+    text = collapse_whitespace(text)
     pieces, _ = _pieces(text, 0, final=True)
     sentences = _sentences(pieces)
     if not sentences:

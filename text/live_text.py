@@ -1,10 +1,11 @@
 """The text of a live request, cut into phrases as it arrives while a language model writes it.
 
-Each complete phrase is cut by the same rules as every other request's text (`PhraseSegmenter`: no break inside a
-phrase) and waits, in order, for the GPU thread to take it. While none of the request's phrases waits to be spoken,
-a clause is released as soon as it is complete; while some wait, clauses are packed as on the other routes. Each
-phrase is rewritten as the engine says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a
-phrase longer as spoken than the cap it was cut for is cut again, so that one step stays one step's worth of audio.
+Each piece of text is cleaned as it arrives, as every route's text is (text/cleaning.py). Each complete phrase is cut
+by the same rules as every other request's text (`PhraseSegmenter`: no break inside a phrase) and waits, in order,
+for the GPU thread to take it. While none of the request's phrases waits to be spoken, a clause is released as soon
+as it is complete; while some wait, clauses are packed as on the other routes. Each phrase is rewritten as the engine
+says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a phrase longer as spoken than the
+cap it was cut for is cut again, so that one step stays one step's worth of audio.
 The messages that carry the text, and their timeouts, are the web layer's (web/live_transport.py).
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 from errors import PayloadTooLarge
 from text.chunking import Chunk, PhraseSegmenter, is_speakable
+from text.cleaning import clean_text
 from text.spoken import Spoken, check_spoken_length
 
 
@@ -63,6 +65,8 @@ class LiveText:
         return bool(self._segmenter.pending.strip())
 
     def add(self, text: str) -> None:
+        """Text as it arrives, cleaned as every route's text is (`clean_text`: a lone surrogate is `invalid_text`)."""
+        text = clean_text(text)
         self.chars += len(text)
         if self.chars > self._max_chars:
             raise PayloadTooLarge(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 import inflect
 
 from text.chunking import sentence_spans
+from text.cleaning import visible_text
 from text.spoken import Edit, Spoken
 
 log = logging.getLogger("polytts.normalize")
@@ -159,7 +160,6 @@ _YEAR_CONTEXT = frozenset(
     "in since by of from until till year years before after during around circa early late mid summer winter "
     "spring fall autumn class season".split()
 )
-_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff\ud800-\udfff]")
 
 # Atomic groups and the look-behind keep a long run of digits from being rescanned at every position (quadratic).
 _TOP_LEVEL_DOMAINS = "com|org|net|edu|gov|io|ai|dev|app|co|uk|de|fr|eu|us|ca|au|info|biz"
@@ -299,14 +299,15 @@ def normalize_english(text: str) -> str:
     """Rewrite numbers, money, dates, times, units, abbreviations, URLs, e-mail addresses and symbols as words.
 
     Sentences keep their final punctuation; an abbreviation's full stop survives only where it ends the sentence
-    ("…, etc." et cetera.). Whitespace is collapsed as `normalize_text` does: line breaks stay. Never raises.
+    ("…, etc." et cetera.). Whitespace is collapsed as `collapse_whitespace` does: line breaks stay; format
+    characters and lone surrogates are dropped (`visible_text`). Never raises.
     """
-    return read_english(Spoken.of(text)).text
+    return read_english(Spoken.of(visible_text(text))).text
 
 
 def read_english(spoken: Spoken) -> Spoken:
-    """`spoken` with its English rewritten as `normalize_english` does, each token's words traced to the token."""
-    spoken = spoken.edited((match.start(), match.end(), "") for match in _INVISIBLE.finditer(spoken.text))
+    """`spoken` with its English rewritten as `normalize_english` does, each token's words traced to the token. The
+    text is a request's, cleaned already (`text.cleaning.clean_text`)."""
     text = spoken.text
     return spoken.edited(edit for start, end in sentence_spans(text) for edit in _sentence_edits(text, start, end))
 

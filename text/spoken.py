@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from errors import PayloadTooLarge
-from text.chunking import Chunk, chunk_text, normalize_text
+from text.chunking import Chunk, chunk_text, collapse_whitespace
 
 Edit = tuple[int, int, str]
 """`text[start:end]` is spoken as the string ("" or " ": not at all)."""
@@ -25,7 +25,7 @@ _WORD = re.compile(r"\S+")
 @dataclass(frozen=True, eq=False)
 class Spoken:
     text: str
-    """What is spoken, its whitespace normalized as `normalize_text` does (line breaks end sentences, blank lines
+    """What is spoken, its whitespace normalized as `collapse_whitespace` does (line breaks end sentences, blank lines
     paragraphs)."""
     written: str
     """The text as written."""
@@ -36,7 +36,7 @@ class Spoken:
     @classmethod
     def of(cls, written: str) -> Spoken:
         """A text spoken as it is written (its whitespace normalized)."""
-        normalized = normalize_text(written)
+        normalized = collapse_whitespace(written)
         return cls(written, written) if normalized == written else cls(written, written).edited(())
 
     def edited(self, edits: Iterable[Edit]) -> Spoken:
@@ -54,10 +54,10 @@ class Spoken:
         pieces.append(self.text[pos:])
         where += origin[pos:]
         raw = "".join(pieces)
-        text = normalize_text(raw)
+        text = collapse_whitespace(raw)
         if text == raw:
             return Spoken(text, self.written, None if text == self.written and self.origin is None else where)
-        # normalize_text changes whitespace only: the words of `text` are those of `raw`, in order.
+        # collapse_whitespace changes whitespace only: the words of `text` are those of `raw`, in order.
         traced: list[int] = []
         for before, after in zip(_WORD.finditer(raw), _WORD.finditer(text), strict=True):
             traced += [where[before.start() - 1]] * (after.start() - len(traced))  # the space before the word

@@ -17,7 +17,7 @@ from typing import Any
 from engines.tensor_files import read_zip_member
 from errors import InvalidInput, PayloadTooLarge
 from voicebank.ids import is_voice_id
-from voicebank.registry import Registration
+from voicebank.registration import Registration
 from voicebank.voice_entry import AUDIO_FILE, ORIGINAL_AUDIO_FILE, ORIGINAL_SEED_FILE, SEED_FILE, VoiceEntry
 
 MEDIA_TYPE = "application/zip"

@@ -1,7 +1,7 @@
 """Voice ids: a hash of what was registered, so the same registration gives the same id on every node.
 
 Existing clients hold these ids and bundles prove them on other nodes: the hash must never change by a single bit.
-A Kokoro voice pack's id hashes its values instead (`engines.kokoro.voicepacks.pack_id`).
+A voice pack's id hashes its values instead, as its family's pack format says (`EngineSpec.packs.voice_id`).
 """
 
 from __future__ import annotations

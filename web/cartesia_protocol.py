@@ -18,7 +18,7 @@ from audio.encoding import MEDIA_TYPES
 from audio.output import Output, SampleEncoding
 from audio.word_timings import WordTiming
 from errors import InvalidInput, NotFound, ServiceError
-from lifecycle.synthesis import REQUEST_ID
+from lifecycle.request_context import REQUEST_ID
 
 PREFIX = "/cartesia"
 """Where the front lives: a client's base URL is `http://<node>/cartesia` (its WebSocket URL

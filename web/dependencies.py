@@ -12,8 +12,8 @@ from fastapi.routing import APIRoute
 from starlette.requests import HTTPConnection
 
 from errors import Forbidden, invalid_fields
+from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
-from lifecycle.synthesis import RequestContext
 from web.auth import ANONYMOUS, Identity
 from web.connections import CLOSE_CONNECTION
 

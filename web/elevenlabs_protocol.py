@@ -21,7 +21,7 @@ from audio.output import Output
 from audio.word_timings import Words, WordTiming
 from engines.base import BuiltinVoice
 from errors import InvalidInput, NotFound, ServiceError
-from lifecycle.synthesis import Speech
+from lifecycle.speech import Speech
 from voicebank.voice_entry import VoiceEntry
 
 PREFIX = "/elevenlabs"

@@ -23,8 +23,8 @@ from starlette.websockets import WebSocket
 
 from audio.output import Output
 from errors import ServiceError, invalid_fields
+from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
-from lifecycle.synthesis import RequestContext
 from text.chunking import is_speakable
 from web.dependencies import connection_context
 from web.elevenlabs_protocol import (

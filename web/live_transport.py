@@ -27,7 +27,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from audio.word_timings import Words
 from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
-from lifecycle.synthesis import RequestContext, Speech, SynthesisService
+from lifecycle.request_context import RequestContext
+from lifecycle.speech import Speech
+from lifecycle.synthesis import SynthesisService
 from text.chunking import is_speakable
 from text.live_text import LiveText
 from web.protocol import LiveMessage, LiveOptions

@@ -8,14 +8,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, Strict, create_model
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    WithJsonSchema,
+    create_model,
+)
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from audio.encoding import AudioFormat
 from audio.word_timings import CaptionFormat
 from engines import ENGINE_SPECS, FAMILIES
 from gpu.engine_pool import EngineStatus
-from voicebank.registry import MAX_REF_TEXT_CHARS
+from voicebank.registration import MAX_REF_TEXT_CHARS
 
 
 class VoiceFields(BaseModel):
@@ -130,12 +141,35 @@ LiveOptions = create_model(
 )
 
 
+MAX_LIVE_MESSAGE_CHARS = 65_536
+
+
+def _within_live_message(text: str) -> str:
+    """The cap on one live message's text, checked here rather than by pydantic's `max_length` (which refuses a lone
+    surrogate as a malformed message), so that the live text's cleaning refuses it with the code every route answers
+    (`invalid_text`, text.cleaning)."""
+    if len(text) > MAX_LIVE_MESSAGE_CHARS:
+        raise PydanticCustomError(
+            "string_too_long",
+            "String should have at most {max_length} characters",
+            {"max_length": MAX_LIVE_MESSAGE_CHARS},
+        )
+    return text
+
+
 class LiveMessage(BaseModel):
     """One message of a live request: text to append, or a flush (speak what is pending now)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(None, max_length=65_536, description="Text to append.")
+    text: (
+        Annotated[
+            str,
+            AfterValidator(_within_live_message),
+            WithJsonSchema({"type": "string", "maxLength": MAX_LIVE_MESSAGE_CHARS}),
+        ]
+        | None
+    ) = Field(None, description="Text to append.")
     flush: bool = Field(False, description="Speak what is pending now, even an unfinished phrase.")
     end: bool = Field(
         False,

@@ -2,7 +2,7 @@
 
 The client's own id is kept when it sent a usable one (tracing through a proxy or an agent framework); anything else
 gets a new one. The id is set before anything else runs: in the scope's state (REQUEST_ID, for the access log and the
-routes) and in the lifecycle's `synthesis.REQUEST_ID` (for a speech request's line), and it is added to whatever
+routes) and in the lifecycle's `request_context.REQUEST_ID` (for a speech request's line), and it is added to whatever
 starts the answer: an HTTP response, a WebSocket accept, a denied handshake; the 500 of an unexpected error, sent
 from outside every middleware, takes it from the scope (`header`).
 """
@@ -14,7 +14,7 @@ import uuid
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lifecycle import synthesis
+from lifecycle import request_context
 
 REQUEST_ID = "request_id"
 """The key of a scope's state that holds the request's id."""
@@ -47,11 +47,11 @@ class RequestIds:
                 message = {**message, "headers": [*message.get("headers", []), header]}
             await send(message)
 
-        token = synthesis.REQUEST_ID.set(request_id)
+        token = request_context.REQUEST_ID.set(request_id)
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            synthesis.REQUEST_ID.reset(token)
+            request_context.REQUEST_ID.reset(token)
 
 
 def header(scope: Scope) -> dict[str, str]:

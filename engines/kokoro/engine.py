@@ -25,16 +25,16 @@ from engines.base import (
     EngineCaps,
     EngineContext,
     EngineSpec,
+    PackFormat,
     SynthesisOptions,
     VoiceRef,
 )
 from engines.device import torch_accelerator, torch_device, torch_installed, uses_mlx
 from engines.g2p import G2P, choose_english_route
 from engines.kokoro.backend import MAX_TOKENS, BackendName, KokoroBackend
-from engines.kokoro.blends import mix
 from engines.kokoro.config import KokoroParams, KokoroSettings
 from engines.kokoro.stock_voices import StockVoices
-from engines.kokoro.voicepacks import read_stored_pack
+from engines.kokoro.voicepacks import mix, pack_id, read_pack, read_stored_pack, stored_pack_problem
 from errors import InvalidInput
 from text.languages import Language, voice_gender, voice_language
 from text.localized_numbers import read_numbers
@@ -295,7 +295,9 @@ SPEC = EngineSpec(
     params=KokoroParams,
     settings=KokoroSettings,
     build=build,
-    accepts_packs=True,
+    packs=PackFormat(
+        read=read_pack, voice_id=pack_id, stored_problem=stored_pack_problem, read_stored=read_stored_pack
+    ),
     accepts_instead=(
         "a built-in voice pack by name (listed by GET /voices, e.g. 'af_heart'), a blend such as "
         "'af_bella(2)+af_sky(1)', or an uploaded 'voice_pack' file (.pt, .npy, .npz or .safetensors)"

@@ -1,4 +1,4 @@
-"""Kokoro voice packs: what a pack is, reading an uploaded one, and its content id.
+"""Kokoro voice packs: what a pack is, reading an uploaded one, its content id, and mixing packs into a blend's.
 
 A pack is one float tensor of shape (510, 1, 256); row n-1 is the style vector for an utterance of n phoneme tokens.
 Uploads are untrusted and are read by `engines.tensor_files`, which never runs pickled code and caps what a container
@@ -6,13 +6,14 @@ may expand to; every refusal is a 422 `InvalidInput` with a stable `pack_*` code
 whatever file format carried it (`pack_id`).
 
 A stored pack is read back with `read_stored_pack`, which checks it against its content id: a damaged one is the
-voice's `voice_damaged` error. Blends of packs are `engines.kokoro.blends`.
+voice's `voice_damaged` error. A blend (`engines.blends`) is its packs mixed by weight (`mix`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,18 @@ def pack_id(pack: np.ndarray) -> str:
     digest = hashlib.sha256(np.ascontiguousarray(pack, dtype="<f4").tobytes())
     digest.update(b"|kokoro-pack")
     return digest.hexdigest()[:16]
+
+
+def mix(packs: Sequence[tuple[np.ndarray, float]]) -> np.ndarray:
+    """Weighted sum of packs (weights already normalised); float32 PACK_SHAPE."""
+    if not packs:
+        raise ValueError("mix needs at least one pack")
+    total = np.zeros(PACK_SHAPE, dtype=np.float64)  # accumulate wide so the order of parts does not matter
+    for pack, weight in packs:
+        if pack.shape != PACK_SHAPE:
+            raise ValueError(f"pack has shape {pack.shape}, expected {PACK_SHAPE}")
+        total += weight * pack.astype(np.float64)
+    return np.ascontiguousarray(total, dtype=np.float32)
 
 
 def stored_pack_problem(path: Path) -> str | None:

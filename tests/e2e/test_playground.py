@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page
 
-from engines.kokoro.blends import parse_blend
+from engines.blends import parse_blend
 from errors import InvalidInput
 from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_for_js
 from tests.support.clips import wav_clip

@@ -5,6 +5,8 @@ and the operations routes a client sees beside them (health, readiness, unloadin
 from __future__ import annotations
 
 import base64
+import json
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -121,6 +123,33 @@ def test_live_options_take_numbers_as_query_text_but_never_true(client: TestClie
     refused = client.post("/tts/live", content=b'{"speed": true}\n{"text": "Hi there."}\n', headers=ndjson)
     assert refused.status_code == 422 and refused.json()["code"] == "invalid_input", refused.text
     assert "speed" in refused.json()["message"]
+
+
+def live_socket(client: TestClient, messages: list[str]) -> tuple[bytes, list[dict[str, Any]]]:
+    """Send each raw message to the native live WebSocket, then read its audio and events until it closes."""
+    audio, events = bytearray(), []
+    with client.websocket_connect("/tts/live/ws?voice_id=af_heart&language=en") as ws:
+        for raw in messages:
+            ws.send_text(raw)
+        while (received := ws.receive())["type"] != "websocket.close":
+            if received.get("bytes"):
+                audio += received["bytes"]
+            elif received.get("text"):
+                events.append(json.loads(received["text"]))
+    return bytes(audio), events
+
+
+def test_live_text_is_cleaned_as_every_routes_text(client: TestClient) -> None:
+    """A live message with a lone surrogate is refused with the code the whole-text routes answer; format characters
+    (zero-width spaces and joiners, a byte order mark) are dropped before the words are spoken and timed."""
+    _, refused = live_socket(client, ['{"text": "Hello \\ud800 there."}'])
+    assert [event["type"] for event in refused] == ["start", "error"], refused
+    assert refused[1]["code"] == "invalid_text" and "surrogate" in refused[1]["message"]
+
+    audio, events = live_socket(client, ['{"text": "Zero\u200bwidth wo\u2060rds\ufeff."}', '{"end": true}'])
+    assert [event["type"] for event in events][-1] == "done" and len(audio) > 4800, events
+    words = [word["word"] for event in events if event["type"] == "words" for word in event["words"]]
+    assert words == ["Zerowidth", "words."], words
 
 
 def test_voice_of_an_engine_this_node_lacks_is_a_422(client: TestClient) -> None:

@@ -18,7 +18,8 @@ from engines.voxcpm.engine import VoxCPMEngine
 from errors import ServiceError
 from tests.support.clips import wav_clip
 from tests.support.voices import npy
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 

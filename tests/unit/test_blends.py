@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engines.kokoro.blends import BlendPart, canonical_blend, is_blend, mix, parse_blend
-from engines.kokoro.voicepacks import PACK_SHAPE
+from engines.blends import BlendPart, canonical_blend, is_blend, parse_blend
+from engines.kokoro.voicepacks import PACK_SHAPE, mix
 from errors import InvalidInput
 
 

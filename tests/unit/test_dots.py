@@ -26,7 +26,8 @@ from tests.support.clips import wav_clip
 from tests.support.tiny_dots import SAMPLES_PER_PATCH
 from text.languages import resolve_language
 from voicebank.ids import compute_voice_id
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models run fastest on one thread

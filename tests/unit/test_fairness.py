@@ -17,7 +17,7 @@ from gpu.jobs import Job
 from gpu.playback import EngineSpeed
 from gpu.queue_stats import OTHER_KEYS
 from gpu.scheduling_settings import SchedulingSettings
-from lifecycle.synthesis import PlannedChunks
+from lifecycle.chunk_sources import PlannedChunks
 from text.chunking import Chunk, chunk_text
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engines.base import BlendVoice, BuiltinVoice, EngineCaps, EngineContext, EngineLoadError, SynthesisOptions
+from engines.blends import BlendPart, canonical_blend
 from engines.kokoro.backend import MAX_TOKENS
-from engines.kokoro.blends import BlendPart, canonical_blend
 from engines.kokoro.config import KokoroSettings
 from engines.kokoro.engine import SPEC as KOKORO
 from engines.kokoro.engine import KokoroEngine, choose_backend
@@ -19,7 +19,8 @@ from models.assemble import model_sum
 from tests.support.voices import npy, pack_values
 from text.languages import resolve_language
 from text.normalize import normalize_english
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 CAPS = EngineCaps(first_chunk_chars=60, max_chunk_chars=220)

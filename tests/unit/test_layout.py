@@ -229,3 +229,104 @@ def test_the_scheduling_settings_are_declared_once_and_composed_into_the_service
         assert (composed.default, composed.metadata) == (field.default, field.metadata), name
         declaring = [cls.__qualname__ for cls in Settings.__mro__ if name in cls.__dict__.get("__annotations__", {})]
         assert declaring == ["SchedulingSettings"], f"{name} is declared by {declaring}"
+
+
+def family_packages() -> set[str]:
+    """The engine family packages (`engines/<family>/`), whatever families there are."""
+    return {
+        name
+        for name, path in project_modules().items()
+        if name.startswith("engines.") and name.count(".") == 1 and path.name == "__init__.py"
+    }
+
+
+EXERCISE_FAMILIES = ("tests", "bench")
+"""Code that exercises a family itself (its tests, its benchmarks) imports it by name; the service never does."""
+
+
+def test_no_module_outside_engines_imports_an_engine_family_package() -> None:
+    """What the service needs of a family it reads from the family's `EngineSpec` (`engines.FAMILIES`): only
+    `engines`, `engines.base` and the modules families share are imported from outside engines/."""
+    families = family_packages()
+    assert "engines.kokoro" in families
+    offenders = []
+    for name in project_modules():
+        if name.split(".")[0] in ("engines", *EXERCISE_FAMILIES):
+            continue
+        for module, names in imported(name):
+            reached = {module, *(f"{module}.{n}" for n in names)}
+            if any(target == family or target.startswith(family + ".") for target in reached for family in families):
+                offenders.append(f"{name} imports {module}")
+    assert not offenders, "\n".join(offenders)
+
+
+MAX_MODULE_LINES = 400
+"""A module of the lifecycle or the voice bank longer than this holds more than one idea: split it by idea."""
+
+
+def test_the_lifecycle_and_the_voice_bank_stay_split_by_idea() -> None:
+    modules = project_modules()
+    long = {
+        name: lines
+        for name, path in modules.items()
+        if name.split(".")[0] in ("lifecycle", "voicebank")
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"over {MAX_MODULE_LINES} lines: {long}"
+    # The service and the registry are composed of their parts; the parts live in modules of their own.
+    for name, only in (("lifecycle.synthesis", "SynthesisService"), ("voicebank.registry", "VoiceRegistry")):
+        tree = ast.parse(modules[name].read_text(encoding="utf-8"))
+        classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+        assert classes == [only], f"{name} defines {classes}; it holds {only} alone"
+
+
+def test_no_module_of_the_lifecycle_the_voice_bank_or_text_is_on_an_import_cycle() -> None:
+    cycles = {
+        " -> ".join(chain)
+        for name in project_modules()
+        if name.split(".")[0] in ("lifecycle", "voicebank", "text") and (chain := path_between(name, name))
+    }
+    assert not cycles, "; ".join(sorted(cycles))
+
+
+CLEANING = "text.cleaning"
+SPEECH_PATHS = {"lifecycle.plan": ("Planner", "plan"), "text.live_text": ("LiveText", "add")}
+"""Where text enters a synthesis: the whole text of a request, and each piece of a live request's text."""
+
+
+def cleans_text(node: ast.AST) -> bool:
+    """Whether the source of `node` holds the cleaning itself: a lone-surrogate test, or the format category."""
+    for constant in ast.walk(node):
+        if isinstance(constant, ast.Constant) and isinstance(constant.value, str):
+            if constant.value == "Cf" or any("\ud800" <= char <= "\udfff" for char in constant.value):
+                return True
+    return False
+
+
+def test_input_cleaning_is_one_function_every_speech_path_calls() -> None:
+    """`text.cleaning` is the only module that refuses lone surrogates or drops format characters, and both ways text
+    enters a synthesis call its `clean_text`: every route's text is cleaned the same way, the live ones' too."""
+    modules = project_modules()
+    elsewhere = [
+        name
+        for name, path in modules.items()
+        if name != CLEANING
+        and name.split(".")[0] != "tests"
+        and cleans_text(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not elsewhere, f"text is cleaned outside {CLEANING}: {elsewhere}"
+    for name, (owner, method) in SPEECH_PATHS.items():
+        tree = ast.parse(modules[name].read_text(encoding="utf-8"))
+        (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner]
+        (function,) = [
+            node
+            for node in cls.body
+            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == method
+        ]
+        calls = {
+            call.func.id
+            for call in ast.walk(function)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+        }
+        assert "clean_text" in calls, f"{name}.{owner}.{method} does not clean its text ({CLEANING}.clean_text)"
+        assert (CLEANING, ["clean_text"]) in list(imported(name)), f"{name} takes clean_text from elsewhere"

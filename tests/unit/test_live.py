@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from errors import PayloadTooLarge
+from errors import InvalidInput, PayloadTooLarge
 from text.chunking import Chunk, PhraseSegmenter
 from text.languages import resolve_language
 from text.live_text import LiveText
@@ -103,3 +103,17 @@ def test_a_phrase_of_a_script_the_voice_cannot_read_is_not_spoken() -> None:
     text.add("שלום עולם. Hello there. ")
     text.close()
     assert taken(text) == [Chunk("Hello there.", "sentence")]
+
+
+def test_each_piece_is_cleaned_as_it_arrives() -> None:
+    """Live text is cleaned as every route's text is (text.cleaning): format characters go, a lone surrogate is the
+    request's `invalid_text` and adds nothing."""
+    text, _ = live_text()
+    text.add("Zero\u200bwidth wo\u2060rds.\ufeff And")
+    assert text.take() == (Chunk("Zerowidth words.", "sentence"), False)
+    assert text.chars == len("Zerowidth words. And")
+    with pytest.raises(InvalidInput) as refused:
+        text.add(" then \ud800 more")
+    assert refused.value.code == "invalid_text" and text.chars == len("Zerowidth words. And")
+    text.close()
+    assert text.take() == (Chunk("And", "none"), True)  # the refused piece added nothing

@@ -20,7 +20,8 @@ from errors import InvalidInput
 from gpu.gpu_thread import GpuThread
 from tests.support.clips import wav_clip
 from text.languages import resolve_language
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 T = TypeVar("T")

@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from engines import FAMILIES
 from errors import Conflict, InsufficientStorage, InvalidInput, NotFound, PayloadTooLarge, ServiceError
 from tests.support.voices import npy
-from voicebank import bundles, registry
+from voicebank import bundles, voice_store
 from voicebank.ids import check_voice_id, compute_voice_id, is_voice_id
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 SR = 16_000
@@ -243,7 +245,7 @@ def test_refusal_messages_say_what_to_do(root: Path) -> None:
     with pytest.raises(InvalidInput) as exc:
         reg.register(Registration(audio=make_audio(), engine="kokoro", ref_text="x"))
     assert "cannot clone" in exc.value.message
-    assert registry.FAMILIES["kokoro"].accepts_instead in exc.value.message
+    assert FAMILIES["kokoro"].accepts_instead in exc.value.message
     with pytest.raises(InvalidInput) as exc:
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="x", seed_audio=b"junk"))
     assert "seed_audio" in exc.value.message
@@ -272,7 +274,7 @@ def _fail_writing_meta(monkeypatch: pytest.MonkeyPatch) -> None:
         path.write_bytes(b"{half")  # a torn write, then the failure
         raise OSError("disk full")
 
-    monkeypatch.setattr(registry, "_write_json", boom)
+    monkeypatch.setattr(voice_store, "_write_json", boom)
 
 
 def test_failure_mid_registration_leaves_no_half_voice(
@@ -314,7 +316,7 @@ def test_failure_between_the_renames_of_a_replace_puts_the_old_voice_back(
             raise OSError("rename failed")
         real_rename(src, dst)
 
-    monkeypatch.setattr(registry.os, "rename", rename)
+    monkeypatch.setattr(voice_store.os, "rename", rename)
     with pytest.raises(OSError, match="rename failed"):
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="goodbye", replace=True))
     monkeypatch.undo()
@@ -447,7 +449,7 @@ def _import_stalled(root: str, bundle: bytes, writing: Any) -> None:
         writing.set()
         threading.Event().wait()
 
-    registry._write_json = stall  # type: ignore[assignment]  # this process's own copy
+    voice_store._write_json = stall  # type: ignore[assignment]  # this process's own copy
     VoiceRegistry(Path(root)).register(bundles.registration(bundle, 1 << 24))
 
 
@@ -725,13 +727,13 @@ def test_registering_a_damaged_pack_again_rewrites_it(reg: VoiceRegistry, root: 
 def test_no_space_left_is_a_507_and_leaves_nothing(
     reg: VoiceRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write = registry._write_bytes
+    real_write = voice_store._write_bytes
 
     def write(path: Path, data: bytes) -> None:
         real_write(path, data[: len(data) // 2])  # half written, then the disk is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(registry, "_write_bytes", write)
+    monkeypatch.setattr(voice_store, "_write_bytes", write)
     with pytest.raises(InsufficientStorage) as exc:
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
     assert exc.value.status == 507 and exc.value.code == "insufficient_storage"
@@ -739,7 +741,7 @@ def test_no_space_left_is_a_507_and_leaves_nothing(
     assert os.listdir(root) == [] and len(reg) == 0
     monkeypatch.undo()
     old, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
-    monkeypatch.setattr(registry, "_write_bytes", write)
+    monkeypatch.setattr(voice_store, "_write_bytes", write)
     before = snapshot(root)
     with pytest.raises(InsufficientStorage):  # a replace that runs out of space keeps the old voice
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="other", replace=True))
@@ -793,7 +795,7 @@ def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntr
     so every one of them reaches the final rename together: the worst interleaving two nodes can produce."""
     registries = [VoiceRegistry(root) for _ in registrations]
     barrier = threading.Barrier(len(registrations), timeout=30)
-    real_fsync_dir = registry._fsync_dir
+    real_fsync_dir = voice_store._fsync_dir
 
     def fsync_dir(path: Path) -> None:
         real_fsync_dir(path)
@@ -808,8 +810,8 @@ def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntr
         except ServiceError as exc:
             results[i] = (None, exc)
 
-    original = registry._fsync_dir
-    registry._fsync_dir = fsync_dir
+    original = voice_store._fsync_dir
+    voice_store._fsync_dir = fsync_dir
     try:
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(registrations))]
         for t in threads:
@@ -817,7 +819,7 @@ def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntr
         for t in threads:
             t.join()
     finally:
-        registry._fsync_dir = original
+        voice_store._fsync_dir = original
     return results
 
 

@@ -1,5 +1,5 @@
 """Steps cut short: a planned chunk cut after one of its clauses (text.chunking.cut_short), the planned chunks of a
-request (lifecycle.synthesis.PlannedChunks) and its job's plan of steps (gpu.jobs.Job) following the cut."""
+request (lifecycle.chunk_sources.PlannedChunks) and its job's plan of steps (gpu.jobs.Job) following the cut."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpu.jobs import Job
+from lifecycle.chunk_sources import PlannedChunks
+from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
-from lifecycle.synthesis import PlannedChunks, RequestContext
 from tests.support.apps import kokoro_service
 from text.chunking import Chunk, chunk_text, cut_short
 from text.normalize import read_english
@@ -115,7 +116,7 @@ async def test_a_stream_cut_short_is_cached_under_its_requests_key(one_lane: Ser
     streaming = RequestContext("test", principal="test", streaming=True)
     speech = await one_lane.synthesis.speak(request, streaming)
     pcm = b"".join([piece async for piece in speech.pcm()])
-    planned = await one_lane.synthesis.plan(request)
+    planned = await one_lane.synthesis.planner.plan(request)
     assert [len(c.text) for c in planned.chunks] == [26, 102]
     assert speech.job is not None and speech.job.unit_chars[:2] == (26, 26)  # its second chunk was cut after a clause
     # The same request finds it: how the scheduler cut the steps is not the client's to know.

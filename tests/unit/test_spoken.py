@@ -8,7 +8,7 @@ import random
 import pytest
 
 from errors import PayloadTooLarge
-from text.chunking import normalize_text
+from text.chunking import collapse_whitespace
 from text.languages import resolve_language
 from text.normalize import read_english
 from text.scripts import script_of, skip_unreadable, unreadable_scripts
@@ -19,7 +19,7 @@ ENGLISH = resolve_language("en")
 
 
 def english(text: str) -> Spoken:
-    return read_english(Spoken.of(normalize_text(text)))
+    return read_english(Spoken.of(collapse_whitespace(text)))
 
 
 def test_a_text_spoken_as_written_has_its_whitespace_normalized_and_nothing_else() -> None:
@@ -28,7 +28,7 @@ def test_a_text_spoken_as_written_has_its_whitespace_normalized_and_nothing_else
     for _ in range(500):
         written = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         spoken = Spoken.of(written)
-        assert spoken.text == normalize_text(written)
+        assert spoken.text == collapse_whitespace(written)
         if spoken.origin is not None:  # every character traced to one as written, in order
             assert list(spoken.origin) == sorted(spoken.origin)
             assert all(char.isspace() or written[at] == char for char, at in zip(spoken.text, spoken.origin))
@@ -48,7 +48,7 @@ def test_rewritten_tokens_are_traced_to_the_text_as_written() -> None:
 
 
 def test_chunk_caps_count_spoken_characters_and_each_chunk_knows_its_written_text() -> None:
-    written = normalize_text(MONEY * 60 + "That is all.")
+    written = collapse_whitespace(MONEY * 60 + "That is all.")
     spoken = english(written)
     assert len(written) == 1_212 and len(spoken.text) == 9_312  # 7.7 times longer as spoken
     chunks = spoken.chunks(60, 120)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from errors import Busy, InvalidInput, NotFound, PayloadTooLarge
+from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
-from lifecycle.synthesis import RequestContext
 from pcm_cache import PcmCache
 from settings import SettingsError, load_settings
 from tests.support.apps import kokoro_service
@@ -34,7 +34,7 @@ async def synthesize(service: Service, text: str) -> bytes:
 
 async def test_a_clean_synthesis_is_cached_in_both_layers(service: Service, caplog: pytest.LogCaptureFixture) -> None:
     pcm = await synthesize(service, "Cache me.")
-    plan = await service.synthesis.plan(TTSRequest(text="Cache me.", language="en"))
+    plan = await service.synthesis.planner.plan(TTSRequest(text="Cache me.", language="en"))
     assert plan.cache_key is not None
     assert service.synthesis.memory_cache.get(plan.cache_key) == pcm
     assert service.synthesis.pcm_cache.get(plan.cache_key) == pcm
@@ -69,7 +69,7 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
 
     monkeypatch.setattr(engine, "stream", breaks_after_one_piece)
     text = "First sentence arrives. The second one never does."
-    plan = await service.synthesis.plan(TTSRequest(text=text, language="en"))
+    plan = await service.synthesis.planner.plan(TTSRequest(text=text, language="en"))
     received = []
     with pytest.raises(RuntimeError, match="device lost"):
         speech = await service.synthesis.speak(TTSRequest(text=text, language="en"), CONTEXT)
@@ -95,12 +95,12 @@ async def test_an_abandoned_stream_caches_nothing_and_frees_the_slot(service: Se
     await stream.aclose()  # what a client disconnect does
     while service.scheduler.stats()["running"]:  # the step under way finishes; no further one starts
         await asyncio.sleep(0.05)
-    assert await service.synthesis.cached_pcm(await service.synthesis.plan(request)) is None
+    assert await service.synthesis.cached_pcm(await service.synthesis.planner.plan(request)) is None
     assert await synthesize(service, "Next.")
 
 
 async def test_plan_errors(service: Service) -> None:
-    plan = service.synthesis.plan
+    plan = service.synthesis.planner.plan
     with pytest.raises(PayloadTooLarge):
         await plan(TTSRequest(text="x" * 5001))
     with pytest.raises(NotFound):
@@ -110,7 +110,7 @@ async def test_plan_errors(service: Service) -> None:
 
 
 async def test_cache_key_covers_voice_text_and_parameters(service: Service) -> None:
-    plan = service.synthesis.plan
+    plan = service.synthesis.planner.plan
     keys = {
         (await plan(TTSRequest(text="Same text."))).cache_key,
         (await plan(TTSRequest(text="Same text.", speed=1.25))).cache_key,
@@ -177,7 +177,7 @@ async def test_a_stalled_cache_disk_does_not_delay_another_stream(service: Servi
 async def test_the_language_follows_the_voice_unless_named(
     service: Service, voice: str | None, language: str | None, expected: str
 ) -> None:
-    plan = await service.synthesis.plan(TTSRequest(text="Hi.", voice_id=voice, language=language))
+    plan = await service.synthesis.planner.plan(TTSRequest(text="Hi.", voice_id=voice, language=language))
     assert plan.options.language.code == expected
 
 
@@ -185,7 +185,7 @@ MONEY = "$999,999,999,999.99 "
 
 
 async def test_the_spoken_limit_counts_the_text_as_the_engine_says_it(service: Service) -> None:
-    plan = service.synthesis.plan
+    plan = service.synthesis.planner.plan
     with pytest.raises(PayloadTooLarge) as refused:
         await plan(TTSRequest(text=MONEY * 250))  # 5,000 characters, within POLYTTS_MAX_TEXT_CHARS as written
     assert refused.value.code == "spoken_too_long"
@@ -196,7 +196,7 @@ async def test_the_spoken_limit_counts_the_text_as_the_engine_says_it(service: S
 
 
 async def test_every_chunk_is_capped_in_spoken_characters(service: Service) -> None:
-    plan = await service.synthesis.plan(TTSRequest(text="Prices: " + MONEY * 30 + "That is all."))
+    plan = await service.synthesis.planner.plan(TTSRequest(text="Prices: " + MONEY * 30 + "That is all."))
     first, cap = service.settings.first_chunk_chars, service.settings.chunk_chars
     assert len(plan.chunks[0].text) <= 2 * first and all(len(chunk.text) <= cap for chunk in plan.chunks)
     assert len(plan.chunks) >= len(plan.text) // cap
@@ -206,7 +206,7 @@ async def test_every_chunk_is_capped_in_spoken_characters(service: Service) -> N
 
 
 async def test_a_script_the_language_cannot_read_is_skipped_not_spelled(service: Service) -> None:
-    plan = service.synthesis.plan
+    plan = service.synthesis.planner.plan
     mixed = await plan(TTSRequest(text="Peace is שלום in Hebrew.", voice_id="af_heart"))
     assert mixed.text == "Peace is in Hebrew."
     assert mixed.cache_key == (await plan(TTSRequest(text="Peace is in Hebrew.", voice_id="af_heart"))).cache_key
@@ -222,15 +222,18 @@ async def test_a_live_request_may_cut_its_phrases_shorter_than_the_engine(servic
     """A client's own phrase caps (an ElevenLabs chunk schedule): an unpunctuated run is cut within the first cap's
     hard limit, where the engine's caps still wait for more of it."""
     synthesis = service.synthesis
-    plan = await synthesis.plan_voice(TTSRequest(text="", voice_id="af_heart"))
+    plan = await synthesis.planner.plan_voice(TTSRequest(text="", voice_id="af_heart"))
     run_on = "we keep talking on and on without a single mark to cut at "
-    own, engines = synthesis.live_text(plan, lambda: None, (25, 50)), synthesis.live_text(plan, lambda: None)
+    own, engines = (
+        synthesis.planner.live_text(plan, lambda: None, (25, 50)),
+        synthesis.planner.live_text(plan, lambda: None),
+    )
     for text in (own, engines):
         text.add(run_on)
     taken = own.take()
     assert taken is not None and len(taken[0].text) <= 25 and run_on.startswith(taken[0].text)
     assert not engines.ready()  # 58 characters may still be one first phrase of the engine's
-    wide = synthesis.live_text(plan, lambda: None, (1000, 1000))  # never above the engine's caps
+    wide = synthesis.planner.live_text(plan, lambda: None, (1000, 1000))  # never above the engine's caps
     wide.add(run_on * 4)
     taken = wide.take()
     assert taken is not None and len(taken[0].text) <= service.settings.chunk_chars
@@ -238,8 +241,8 @@ async def test_a_live_request_may_cut_its_phrases_shorter_than_the_engine(servic
 
 async def test_a_live_request_counts_and_cuts_its_phrases_as_spoken(service: Service) -> None:
     synthesis = service.synthesis
-    plan = await synthesis.plan_voice(TTSRequest(text="", voice_id="af_heart"))
-    text = synthesis.live_text(plan, lambda: None)
+    plan = await synthesis.planner.plan_voice(TTSRequest(text="", voice_id="af_heart"))
+    text = synthesis.planner.live_text(plan, lambda: None)
     text.add("It costs " + MONEY * 3 + "in all. שלום. Thanks.")
     text.close()
     chunks = []
@@ -248,7 +251,7 @@ async def test_a_live_request_counts_and_cuts_its_phrases_as_spoken(service: Ser
     assert all(len(chunk.text) <= service.settings.chunk_chars for chunk in chunks) and len(chunks) > 3
     assert chunks[0].text.startswith("It costs nine hundred") and str(chunks[0].written).startswith("It costs $999")
     assert chunks[-1].text == "Thanks." and "שלום" not in " ".join(chunk.text for chunk in chunks)
-    too_much = synthesis.live_text(plan, lambda: None)
+    too_much = synthesis.planner.live_text(plan, lambda: None)
     with pytest.raises(PayloadTooLarge) as refused:
         for _ in range(100):
             too_much.add(MONEY + ". ")

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from errors import InvalidInput
-from text.chunking import Chunk, PhraseSegmenter, chunk_text, normalize_text, split_sentences
+from text.chunking import Chunk, PhraseSegmenter, chunk_text, collapse_whitespace, split_sentences
 from text.languages import LANGUAGES, resolve_language, voice_gender, voice_language
 
 # --- sentences ----------------------------------------------------------------------------------------------------
@@ -54,9 +54,9 @@ def test_sentence_splitter(text: str, sentences: list[str]) -> None:
 
 
 def test_normalize_collapses_spaces_and_keeps_lines_and_paragraphs() -> None:
-    assert normalize_text("  a \t b \n c  ") == "a b\nc"
-    assert normalize_text("a\n\n\n \n b\r\n\r\nc\rd") == "a\n\nb\n\nc\nd"
-    assert normalize_text(" \n\t ") == ""
+    assert collapse_whitespace("  a \t b \n c  ") == "a b\nc"
+    assert collapse_whitespace("a\n\n\n \n b\r\n\r\nc\rd") == "a\n\nb\n\nc\nd"
+    assert collapse_whitespace(" \n\t ") == ""
 
 
 # --- chunks -------------------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_every_character_is_spoken_exactly_once_and_caps_hold() -> None:
         text = random_text(rng, rng.randint(1, 80))
         first, cap = rng.choice([(10, 20), (20, 40), (60, 120), (40, 40), (0, 50), (0, 0)])
         chunks = chunk_text(text, first, cap, rng.choice([0, 1, 3]))
-        assert unspaced("".join(c.text for c in chunks)) == unspaced(normalize_text(text)), (case, text)
+        assert unspaced("".join(c.text for c in chunks)) == unspaced(collapse_whitespace(text)), (case, text)
         assert all(c.text and c.text == c.text.strip() for c in chunks)
         if cap:
             assert all(len(c.text) <= cap for c in chunks), (case, text)

@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.clips import wav_clip
 from voicebank.meta import ClipMeta, PackMeta, Unusable, read_meta
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 
 
 def _stored(entry_folder: Path) -> bytes:

@@ -20,7 +20,8 @@ from errors import InvalidInput
 from tests.support.clips import wav_clip
 from tests.support.servers import ROOT
 from text.languages import resolve_language
-from voicebank.registry import Registration, VoiceRegistry
+from voicebank.registration import Registration
+from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
 MAX_LEN = 16  # audio patches per generation: the random model never stops by itself

@@ -17,8 +17,9 @@ from fastapi.responses import StreamingResponse
 from audio.output import Output
 from audio.word_timings import Words
 from errors import ServiceError
+from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
-from lifecycle.synthesis import RequestContext, Speech
+from lifecycle.speech import Speech
 from web import api_docs
 from web.cartesia_protocol import (
     PREFIX,

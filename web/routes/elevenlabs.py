@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from audio.output import Output
 from errors import ServiceError
+from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
-from lifecycle.synthesis import RequestContext, Speech
+from lifecycle.speech import Speech
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, connection_context
 from web.elevenlabs_protocol import (

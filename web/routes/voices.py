@@ -15,7 +15,7 @@ from errors import ClientDisconnected, Conflict, InvalidInput
 from text.languages import LANGUAGES
 from voicebank import bundles
 from voicebank.ids import VOICE_ID_RE, check_voice_id
-from voicebank.registry import Registration
+from voicebank.registration import Registration
 from voicebank.uploads import FormPart, read_body, read_form
 from voicebank.voice_entry import excerpt
 from web import api_docs

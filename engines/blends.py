@@ -1,8 +1,9 @@
-"""Kokoro voice blends: a formula such as `af_bella(2)+af_sky(1)` names a weighted mix of voice packs.
+"""Voice blends: a formula such as `af_bella(2)+af_sky(1)` names a weighted mix of voices of one engine.
 
-A formula is parsed into parts whose weights are normalised to sum to 1 (`parse_blend`), spelled one stable way for
-cache keys and logs (`canonical_blend`), and mixed into one pack (`mix`). Every malformed formula is a 422
-`invalid_blend` naming the part, numbered from 0 as `detail.index` is.
+A formula is parsed into parts whose weights are normalised to sum to 1 (`parse_blend`) and spelled one stable way for
+cache keys and logs (`canonical_blend`). The voice catalog resolves each part to a voice of a family whose voices are
+style packs (`EngineSpec.packs`), and that family's engine mixes them (Kokoro: `engines.kokoro.voicepacks.mix`).
+Every malformed formula is a 422 `invalid_blend` naming the part, numbered from 0 as `detail.index` is.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-import numpy as np
-
-from engines.kokoro.voicepacks import PACK_SHAPE
 from errors import InvalidInput
 from voicebank.voice_entry import excerpt
 
@@ -53,18 +51,6 @@ def parse_blend(formula: str) -> list[BlendPart]:
             _blend_error(text, index, f"voice {part.name!r} appears twice")
         parts.append(part)
     return _normalised(parts)
-
-
-def mix(packs: Sequence[tuple[np.ndarray, float]]) -> np.ndarray:
-    """Weighted sum of packs (weights already normalised); float32 PACK_SHAPE."""
-    if not packs:
-        raise ValueError("mix needs at least one pack")
-    total = np.zeros(PACK_SHAPE, dtype=np.float64)  # accumulate wide so the order of parts does not matter
-    for pack, weight in packs:
-        if pack.shape != PACK_SHAPE:
-            raise ValueError(f"pack has shape {pack.shape}, expected {PACK_SHAPE}")
-        total += weight * pack.astype(np.float64)
-    return np.ascontiguousarray(total, dtype=np.float32)
 
 
 def canonical_blend(parts: Sequence[BlendPart]) -> str:

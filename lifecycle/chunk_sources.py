@@ -1,0 +1,66 @@
+"""Where a synthesis's chunks come from, taken in order by the GPU thread: planned from the whole text
+(`PlannedChunks`), or cut from a live request's text as it arrives (text.live_text.LiveText)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Protocol
+
+from text.chunking import Chunk, cut_short
+
+
+class ChunkSource(Protocol):
+    """The chunks of one synthesis, as its job's steps take them (`PlannedChunks` or `LiveText`)."""
+
+    @property
+    def unit_chars(self) -> tuple[int, ...]:
+        """Characters of each chunk, when all are known in advance (admission's estimate of the work); else ()."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether a chunk, or the end, can be taken now: a job with none holds no step of the GPU thread."""
+        ...
+
+    def take(self) -> tuple[Chunk, bool] | None:
+        """The next chunk and whether it is known to be the last; None once there are no more."""
+        ...
+
+
+class PlannedChunks:
+    """The chunks of a text planned whole (`chunk_text`): all known, always ready; the next one may be cut short at
+    one of its clauses (`shorten`) when the scheduler wants a shorter step."""
+
+    def __init__(self, chunks: list[Chunk]) -> None:
+        self.unit_chars = tuple(len(chunk.text) for chunk in chunks)
+        self._chunks = collections.deque(chunks)
+
+    def ready(self) -> bool:
+        return True
+
+    def take(self) -> tuple[Chunk, bool] | None:
+        if not self._chunks:
+            return None
+        chunk = self._chunks.popleft()
+        return chunk, not self._chunks
+
+    def shorten(self, max_chars: int) -> tuple[int, int] | None:
+        """Cut the next chunk after its leading clauses within `max_chars` (`cut_short`): the characters of the two
+        chunks it becomes; None where it cannot be."""
+        cut = cut_short(self._chunks[0], max_chars) if self._chunks else None
+        if cut is None:
+            return None
+        head, rest = cut
+        self._chunks[0] = rest
+        self._chunks.appendleft(head)
+        return len(head.text), len(rest.text)
+
+    def cut_steps(self, max_chars: int) -> list[tuple[int, ...]]:
+        """For each chunk not taken yet, the characters of the steps it becomes when `shorten` cuts it at each."""
+        steps = []
+        for chunk in tuple(self._chunks):  # a copy: the GPU thread may be taking one
+            sizes = []
+            while (cut := cut_short(chunk, max_chars)) is not None:
+                sizes.append(len(cut[0].text))
+                chunk = cut[1]
+            steps.append((*sizes, len(chunk.text)))
+        return steps

@@ -1,0 +1,201 @@
+"""A request resolved and validated before any work is admitted: its voice and engine, its text as spoken, its
+chunks and its cache key (`Plan`), as the `Planner` makes it.
+
+Everything a client can get wrong about what it asked for is raised here, before the first byte: an unknown voice,
+a language or a parameter the engine does not take, text that is empty, too long, or holds nothing the engine reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from cache import synthesis_key
+from engines import FAMILIES
+from engines.base import Engine, Param, SynthesisOptions, VoiceRef
+from errors import InvalidInput, PayloadTooLarge, invalid_fields
+from gpu.engine_pool import EnginePool
+from lifecycle.catalog import VoiceCatalog
+from lifecycle.requests import ENGINE_PARAMS, SpeechRequest, VoiceRequest
+from settings import Settings
+from text.chunking import Chunk, PhraseSegmenter, collapse_whitespace, is_speakable
+from text.cleaning import clean_text
+from text.languages import resolve_language
+from text.live_text import LiveText
+from text.scripts import unreadable_scripts
+from text.spoken import Spoken, check_spoken_length
+from voicebank.voice_entry import VoiceEntry
+
+MIN_CHARS_PER_GEN = 20
+"""Floor of a request's own cap on one generation: a smaller cap multiplies the work (one generation per word)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A request resolved and validated: what to synthesize, with what, and its cache key."""
+
+    engine: Engine
+    voice: VoiceRef
+    voice_key: str
+    text: str
+    chunks: list[Chunk]
+    options: SynthesisOptions
+    cache_key: str | None
+    """None while the engine's checkpoint is unknown: such a synthesis is neither served from nor put in a cache."""
+    timed: bool = False
+    """Word timings asked for: the engine times each word, and the synthesis does not come from a cache (which keeps
+    audio only)."""
+
+    @property
+    def chars(self) -> int:
+        """Characters of text (a live request's, as far as its phrases have been taken)."""
+        return len(self.text) or sum(len(chunk.text) for chunk in self.chunks)
+
+
+class Planner:
+    """Plans requests against the voices this node knows (`VoiceCatalog`) and the engines it runs."""
+
+    def __init__(self, settings: Settings, pool: EnginePool, catalog: VoiceCatalog) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.catalog = catalog
+
+    async def plan(self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False) -> Plan:
+        """The request resolved: its voice and engine, its text as spoken (what limits, chunk caps and the cache key
+        count), its chunks and its cache key."""
+        written = collapse_whitespace(clean_text(request.text))
+        if not is_speakable(written):
+            raise InvalidInput("text is empty: it holds nothing to speak", code="empty_text")
+        if len(written) > self.settings.max_text_chars:
+            raise PayloadTooLarge(
+                f"text is {len(written)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
+            )
+        plan = await self.plan_voice(request, engine_name, timed)
+        spoken = self.spoken(plan, written)
+        text = spoken.text
+        # Caps count spoken characters, so one step is one step's worth of audio however the text was written.
+        chunks = spoken.chunks(*chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen))
+        # A registered voice replaced under the same id must not hit audio cached for its old transcript.
+        voice = plan.voice
+        cache_voice = f"{plan.voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else plan.voice_key
+        checkpoint = plan.engine.checkpoint
+        key = (
+            synthesis_key(
+                text=text,
+                voice_id=cache_voice,
+                engine=plan.engine.name,
+                checkpoint=checkpoint,
+                # Where the text is cut into generations, and the pauses between them, change the audio too.
+                params={**plan.options.cache_params(), "chunks": [[len(chunk.text), chunk.pause] for chunk in chunks]},
+            )
+            if checkpoint is not None
+            else None
+        )
+        return dataclasses.replace(plan, text=text, chunks=chunks, cache_key=key)
+
+    async def plan_voice(
+        self, request: VoiceRequest, engine_name: str | None = None, timed: bool | None = False
+    ) -> Plan:
+        """Everything but the text: the voice, its engine (ready), the language and the engine's parameters. A live
+        request plans this much before its text arrives. `timed` None: word timings where the engine has them."""
+        if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
+            self.pool.engine_for(self.settings.default_engine)
+        voice = await self.catalog.resolve(request.voice_id)
+        if engine_name is not None and voice.engine != engine_name:
+            raise InvalidInput(
+                f"voice {str(request.voice_id)[:40]!r} belongs to engine {voice.engine}, not {engine_name} (the model)",
+                code="voice_engine_mismatch",
+                detail={"param": "voice"},
+            )
+        engine = self.pool.engine_for(voice.engine)
+        if timed is None:
+            timed = engine.word_timings
+        if timed and not engine.word_timings:
+            raise InvalidInput(
+                f"engine {engine.name!r} cannot tell when each word is spoken; word timings come from Kokoro voices",
+                code="timestamps_unsupported",
+            )
+        language = resolve_language(request.language or self.catalog.language_of(voice))
+        engine.check_language(language)
+        options = SynthesisOptions(language=language, params=engine_params(engine, request))
+        voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
+        return Plan(engine, voice, voice_key, "", [], options, None, timed)
+
+    def spoken(self, plan: Plan, written: str) -> Spoken:
+        """`written` as the plan's engine will say it, within POLYTTS_MAX_SPOKEN_CHARS (413 `spoken_too_long`); text
+        of which the engine reads nothing (every letter of a script the language does not read) is a 422
+        `unreadable_text` naming the scripts."""
+        spoken = plan.engine.spoken_text(written, plan.options)
+        if not is_speakable(spoken.text):
+            language = plan.options.language
+            scripts = " and ".join(unreadable_scripts(written, language)[:3])
+            raise InvalidInput(
+                f"text holds nothing {language.name} reads: its letters are {scripts}, which {plan.engine.name} "
+                "skips rather than spell out letter by letter; choose a voice or `language` that reads them"
+                if scripts
+                else f"text holds nothing {plan.engine.name} says in {language.name}",
+                code="unreadable_text",
+            )
+        check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
+        return spoken
+
+    def live_text(self, plan: Plan, wake: Callable[[], None], phrase_chars: tuple[int, int] | None = None) -> LiveText:
+        """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
+        the engine says it, cut again when that is longer than the engine's cap, every limit counting spoken
+        characters as `plan` does. `phrase_chars`: the request's own caps of its first and later phrases (a
+        client's chunk schedule), within the engine's."""
+        first, cap, _ = chunk_caps(plan.engine, None, None)
+        if phrase_chars is not None:
+            cap = min(cap, phrase_chars[1]) if cap else phrase_chars[1]
+            first = min(phrase_chars[0], cap)
+        return LiveText(
+            PhraseSegmenter(first, cap),
+            self.settings.max_text_chars,
+            wake,
+            speak=lambda text: plan.engine.spoken_text(text, plan.options),
+            max_spoken_chars=self.settings.max_spoken_chars,
+        )
+
+
+def engine_params(engine: Engine, request: VoiceRequest) -> dict[str, Param]:
+    """The engine family's generation parameters: its defaults, overridden by what the request gave."""
+    given = {name: value for name in ENGINE_PARAMS if (value := getattr(request, name, None)) is not None}
+    spec = FAMILIES[engine.name]
+    foreign = sorted(set(given) - set(spec.params.model_fields))
+    if foreign:
+        takes = ", ".join(spec.params.model_fields) or "none"
+        verb = "does" if len(foreign) == 1 else "do"
+        raise InvalidInput(
+            f"{' and '.join(foreign)} {verb} not apply to engine {engine.name!r} (it takes: {takes})",
+            code="unsupported_parameter",
+        )
+    try:
+        params: dict[str, Param] = spec.params.model_validate(given).model_dump()
+    except ValidationError as exc:  # a check of the family's own, beyond the request field's range
+        raise invalid_fields(exc.errors()) from None
+    if isinstance(params.get("speed"), float):
+        params["speed"] = round(float(params["speed"]), 3)
+    engine.check_params(params)
+    return params
+
+
+def chunk_caps(
+    engine: Engine, max_chars_per_gen: int | None, max_sentences_per_gen: int | None
+) -> tuple[int, int, int]:
+    """(first chunk, every chunk, sentences per chunk) caps: the engine's, or the request's own (0 unlimited)."""
+    caps = engine.caps
+    max_chars = caps.max_chunk_chars if max_chars_per_gen is None else max_chars_per_gen
+    if 0 < max_chars < MIN_CHARS_PER_GEN:
+        raise InvalidInput(
+            f"max_chars_per_gen must be 0 (unlimited) or at least {MIN_CHARS_PER_GEN}; a smaller cap multiplies "
+            "the work without making the first audio earlier",
+            code="invalid_input",
+        )
+    max_sentences = caps.max_sentences if max_sentences_per_gen is None else max_sentences_per_gen
+    first = caps.first_chunk_chars or max_chars
+    if max_chars:
+        first = min(first, max_chars) if first else max_chars
+    return first, max_chars, max_sentences

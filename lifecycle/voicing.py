@@ -1,0 +1,45 @@
+"""How one request's chunks become its audio, on the GPU thread: each chunk's stream through the seam joiner and,
+when asked, its words timed in the response's time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from audio.seams import ChunkJoiner
+from audio.word_timings import Words
+from engines.base import Engine, SynthesisOptions
+from text.chunking import Chunk
+
+
+class Voicing:
+    """How one request's chunks become its audio, on the GPU thread: each chunk's stream through the seam joiner
+    (its own silence trimmed, a pause that fits its punctuation) and, when asked, its words timed in response time."""
+
+    def __init__(self, engine: Engine, options: SynthesisOptions, timed: bool) -> None:
+        self.engine = engine
+        self.options = options
+        self.timed = timed
+        self.joiner = ChunkJoiner(engine.sample_rate)
+        self.position = 0
+        """Samples of the response so far."""
+
+    def chunk(self, chunk: Chunk, handle: object, last: bool) -> Iterator[np.ndarray | Words]:
+        start, words = self.position, []
+
+        def timed_audio() -> Iterator[np.ndarray]:
+            for audio, found in self.engine.stream_timed(chunk.text, handle, self.options, written=chunk.written):
+                words.extend(found)
+                yield audio
+
+        pieces = timed_audio() if self.timed else self.engine.stream(chunk.text, handle, self.options)
+        for piece in self.joiner.join(pieces, chunk.pause, last):
+            self.position += len(piece)
+            yield piece
+        if self.timed:
+            rate = self.engine.sample_rate
+            # The joiner cut the chunk's own leading silence: its words move that much earlier.
+            shift, low, high = (start - self.joiner.lead_trimmed) / rate, start / rate, self.position / rate
+            words = [word.shifted(shift).clamped(low, high) for word in words]
+        yield Words(words)  # also the end of the chunk's audio, words or not (Cartesia's `flush_done` counts them)
