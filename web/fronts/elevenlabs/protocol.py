@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -339,7 +339,3 @@ def error_body(exc: ServiceError) -> dict[str, Any]:
 def socket_error(exc: ServiceError, context_id: str | None) -> dict[str, Any]:
     """An error message on the WebSocket, as ElevenLabs sends them (`message`, `error`), with our code."""
     return {"message": exc.message, "error": exc.code, **({"contextId": context_id} if context_id else {})}
-
-
-def ignored_header(names: Sequence[str]) -> Mapping[str, str]:
-    return {"X-Ignored-Parameters": ", ".join(names)} if names else {}
