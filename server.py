@@ -76,8 +76,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CutStreams)
     redaction.install(FRONTS)
     app.add_middleware(RequestIds)  # outermost: every answer and every log line has the id
-    fronts = [router for front in FRONTS for router in front.routers]
-    for router in (voices.router, *fronts, operations.router, admin.router, playground.router, docs.router):
+    front_routers = [router for front in FRONTS for router in front.routers]
+    for router in (voices.router, *front_routers, operations.router, admin.router, playground.router, docs.router):
         app.include_router(router)
     api_docs.install(
         app,
