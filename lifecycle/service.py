@@ -21,7 +21,6 @@ from lifecycle.metrics import Metrics
 from lifecycle.synthesis import SynthesisService
 from pcm_cache import PcmCache
 from settings import Settings
-from voicebank.openai_voices import voice_table
 from voicebank.peers import Peers
 from voicebank.registry import VoiceRegistry
 from voicebank.uploads import UploadBudget
@@ -38,8 +37,6 @@ class Service:
     synthesis: SynthesisService
     metrics: Metrics
     started_at: float
-    openai_voices: dict[str, str]
-    """OpenAI voice names and the voices they speak with (defaults, then POLYTTS_OPENAI_VOICES)."""
     uploads: UploadBudget
     """Bytes of voice uploads held in memory at once, across requests."""
     attached: bool = False
@@ -199,6 +196,5 @@ def build_service(settings: Settings) -> Service:
         synthesis,
         metrics,
         time.time(),
-        voice_table(settings.openai_voices),
         UploadBudget(settings.upload_budget_bytes),
     )

@@ -6,7 +6,7 @@ for the GPU thread to take it. While none of the request's phrases waits to be s
 as it is complete; while some wait, clauses are packed as on the other routes. Each phrase is rewritten as the engine
 says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a phrase longer as spoken than the
 cap it was cut for is cut again, so that one step stays one step's worth of audio.
-The messages that carry the text, and their timeouts, are the web layer's (web/live_transport.py).
+The messages that carry the text, and their timeouts, are the web layer's (web/fronts/shared/live.py).
 """
 
 from __future__ import annotations

@@ -1,3 +1,3 @@
-"""The web layer: everything that imports FastAPI or Starlette. Routes per API surface, authentication, middleware,
-the one mapping from domain errors onto HTTP answers, the OpenAPI additions, request/response protocols and the
-live transport (WebSocket and duplex HTTP)."""
+"""The web layer: everything that imports FastAPI or Starlette. The fronts (web/fronts/, each client API a package
+behind one `front_spec.Front`), the node's own routes (web/routes/), authentication, middleware, the one mapping
+from domain errors onto HTTP answers, the OpenAPI additions, and the server that drains (serving)."""

@@ -1,16 +1,17 @@
 """What /openapi.json says beyond what FastAPI infers from the routes' signatures.
 
 Routes document their own answers with the helpers here: `errors(...)` for the error statuses a route decides (the
-`{code, message, detail?}` body, OpenAI's `{"error": {...}}` on /v1, `Retry-After` on 429 and 503), `audio(...)` for
-audio answers (every media type a `format` can pick, the `X-Sample-Rate`... headers), and `form_body`, `file_body`
-and `live_body` for the bodies routes read themselves. `install` adds, once, what every route shares: API keys (401),
-the fairness key and its 422, the JSON body limit (413) and unparsable bodies (400), and the text limit of this
-node's settings; FastAPI's own validation-error schema, which no answer has, is replaced by the service's.
+`{code, message, detail?}` body, or its front's own shape; `Retry-After` on 429 and 503), `audio(...)` for audio
+answers (every media type a `format` can pick, the `X-Sample-Rate`... headers), and `form_body`, `file_body` and
+`live_body` for the bodies routes read themselves. `install` adds, once, what every route shares: API keys (401), the
+fairness key and its 422, the JSON body limit (413) and unparsable bodies (400), each in the error shape of the
+route's front, every front's error model, and the text limit of this node's settings on each front's text fields;
+FastAPI's own validation-error schema, which no answer has, is replaced by the service's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -18,9 +19,7 @@ from pydantic import BaseModel, Field
 
 from audio.encoding import AUDIO_FORMATS, MEDIA_TYPES, AudioFormat
 from errors import ERRORS
-from web.cartesia_protocol import CartesiaErrorBody
-from web.elevenlabs_protocol import ElevenLabsErrorBody
-from web.http_errors import CARTESIA_PREFIX, ELEVENLABS_PREFIX, OPENAI_PREFIX
+from web.front_spec import Front, front_for
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -38,19 +37,6 @@ class ErrorBody(BaseModel):
         description="More, where there is more: each field's problem of an `invalid_input` (422), the part of a "
         "blend that is wrong.",
     )
-
-
-class OpenAIError(BaseModel):
-    message: str
-    type: str = Field(description="`invalid_request_error`, `requests` (a rate limit) or `server_error`.")
-    param: str | None = Field(description="The request field at fault, where one is.")
-    code: str = Field(description="The service's stable code, as in the native API's error body.")
-
-
-class OpenAIErrorBody(BaseModel):
-    """The body of every error the /v1 routes answer, in OpenAI's shape."""
-
-    error: OpenAIError
 
 
 RETRY_AFTER = {
@@ -91,21 +77,18 @@ def _why(status: int) -> str:
 ErrorShape = type[BaseModel]
 
 
-def _error(status: int, openai: bool | ErrorShape) -> dict[str, Any]:
-    body = openai if isinstance(openai, type) else OpenAIErrorBody if openai else ErrorBody
+def _error(status: int, shape: ErrorShape) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "description": _why(status),
-        "content": {"application/json": {"schema": {"$ref": COMPONENTS + body.__name__}}},
+        "content": {"application/json": {"schema": {"$ref": COMPONENTS + shape.__name__}}},
     }
     if status in _HEADERS:
         entry["headers"] = _HEADERS[status]
     return entry
 
 
-def errors(*statuses: int, openai: bool = False, elevenlabs: bool = False, cartesia: bool = False) -> Responses:
-    """`responses=` entries for the error statuses a route answers itself; `openai`: in OpenAI's shape;
-    `elevenlabs`: in ElevenLabs'; `cartesia`: in Cartesia's."""
-    shape: bool | ErrorShape = ElevenLabsErrorBody if elevenlabs else CartesiaErrorBody if cartesia else openai
+def errors(*statuses: int, shape: ErrorShape = ErrorBody) -> Responses:
+    """`responses=` entries for the error statuses a route answers itself, in `shape` (its front's error model)."""
     return {status: _error(status, shape) for status in statuses}
 
 
@@ -157,48 +140,6 @@ def audio(
     if model is not None:
         entry["model"] = model  # FastAPI adds its schema as application/json, and the model to the components
     return {200: entry}
-
-
-SPEECH_EVENT = {
-    "description": "One server-sent event of `POST /v1/audio/speech` (OpenAI's speech events).",
-    "type": "object",
-    "required": ["data"],
-    "properties": {
-        "data": {
-            "type": "string",
-            "contentMediaType": "application/json",
-            "contentSchema": {
-                "oneOf": [
-                    {
-                        "type": "object",
-                        "required": ["type", "audio"],
-                        "properties": {
-                            "type": {"const": "speech.audio.delta"},
-                            "audio": {"type": "string", "contentEncoding": "base64"},
-                        },
-                    },
-                    {
-                        "type": "object",
-                        "required": ["type", "usage"],
-                        "properties": {
-                            "type": {"const": "speech.audio.done"},
-                            "usage": {
-                                "type": "object",
-                                "required": ["input_tokens", "output_tokens", "total_tokens"],
-                                "properties": {
-                                    name: {"type": "integer", "minimum": 0}
-                                    for name in ("input_tokens", "output_tokens", "total_tokens")
-                                },
-                            },
-                        },
-                    },
-                    {"$ref": COMPONENTS + "OpenAIErrorBody"},
-                ]
-            },
-        }
-    },
-}
-"""Usage counts input characters and output audio in 20 ms frames (openai_protocol.speech_usage)."""
 
 
 def file_answer(media_type: str, description: str) -> Responses:
@@ -275,16 +216,14 @@ _FAIRNESS_KEY = {
 }
 
 
-def install(
-    app: FastAPI, *, public: Callable[[str], bool], max_text_chars: int, text_fields: Mapping[str, str]
-) -> None:
-    """Have `app.openapi()` add what every route shares; `public` tells the paths answered without a key,
-    `text_fields` names the request fields (`{"TTSRequest": "text"}`) bounded by POLYTTS_MAX_TEXT_CHARS."""
+def install(app: FastAPI, *, public: Callable[[str], bool], max_text_chars: int, fronts: Sequence[Front]) -> None:
+    """Have `app.openapi()` add what every route shares; `public` tells the paths answered without a key, `fronts`
+    the error shape of each path and the request fields (`Front.text_fields`) bounded by POLYTTS_MAX_TEXT_CHARS."""
     built: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
         if not built:
-            built.update(_complete(FastAPI.openapi(app), public, max_text_chars, text_fields))
+            built.update(_complete(FastAPI.openapi(app), public, max_text_chars, fronts))
         return built
 
     # Replacing the method is how FastAPI documents extending its schema; mypy refuses assigning to a method.
@@ -292,16 +231,17 @@ def install(
 
 
 def _complete(
-    schema: dict[str, Any], public: Callable[[str], bool], max_text_chars: int, text_fields: Mapping[str, str]
+    schema: dict[str, Any], public: Callable[[str], bool], max_text_chars: int, fronts: Sequence[Front]
 ) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     models = components.setdefault("schemas", {})
-    for model in (ErrorBody, OpenAIErrorBody, ElevenLabsErrorBody, CartesiaErrorBody):
+    for model in dict.fromkeys(front.error_model for front in fronts):
         found = model.model_json_schema(ref_template=COMPONENTS + "{model}")
         models.update(found.pop("$defs", {}))
         models[model.__name__] = found
-    for name, field in text_fields.items():
-        models[name]["properties"][field]["maxLength"] = max_text_chars
+    for front in fronts:
+        for request, field in front.text_fields:
+            models[request.__name__]["properties"][field]["maxLength"] = max_text_chars
     components.setdefault("securitySchemes", {})[BEARER] = {
         "type": "http",
         "scheme": "bearer",
@@ -309,23 +249,19 @@ def _complete(
         "/ready, /metrics and the docs then needs a key.",
     }
     for path, operations in schema.get("paths", {}).items():
-        openai: bool | ErrorShape = path.startswith(OPENAI_PREFIX)
-        if path.startswith(ELEVENLABS_PREFIX):
-            openai = ElevenLabsErrorBody
-        elif path.startswith(CARTESIA_PREFIX):
-            openai = CartesiaErrorBody
+        shape = front_for(fronts, path).error_model
         for operation in operations.values():
-            _shared(operation, openai, keyed=not public(path))
+            _shared(operation, shape, keyed=not public(path))
     for unused in ("HTTPValidationError", "ValidationError"):
         models.pop(unused, None)
     return schema
 
 
-def _shared(operation: dict[str, Any], openai: bool | ErrorShape, keyed: bool) -> None:
+def _shared(operation: dict[str, Any], shape: ErrorShape, keyed: bool) -> None:
     responses = operation.setdefault("responses", {})
     for status, entry in list(responses.items()):
         if "HTTPValidationError" in str(entry):  # FastAPI's default 422: the service answers its own body
-            responses[status] = _error(int(status), openai)
+            responses[status] = _error(int(status), shape)
     for parameter in operation.get("parameters", ()):
         parameter["schema"] = _not_null(parameter["schema"])
     shared: list[int] = []
@@ -339,5 +275,5 @@ def _shared(operation: dict[str, Any], openai: bool | ErrorShape, keyed: bool) -
     if "application/json" in body:
         shared.append(400)
     for status in shared:
-        responses.setdefault(str(status), _error(status, openai))
+        responses.setdefault(str(status), _error(status, shape))
     operation["responses"] = dict(sorted(responses.items()))

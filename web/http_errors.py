@@ -1,4 +1,5 @@
-"""The one mapping from errors onto HTTP responses: a JSON body `{"code", "message"}` with the right status.
+"""The one mapping from errors onto HTTP responses: a JSON body with the right status, in the shape of the front
+whose path it answers (the native `{"code", "message"}`, or a vendor's: `front_spec.Front.error_body`).
 
 Everything that can go wrong (a domain error, a body that does not validate, an unknown route or method) becomes a
 `ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`. A request refused
@@ -23,8 +24,8 @@ from starlette.types import Receive, Scope, Send
 
 from errors import ServiceError, StreamCut, invalid_fields
 from lifecycle.synthesis import SynthesisService
-from web import cartesia_protocol, elevenlabs_protocol, request_ids
-from web.openai_protocol import service_error_body, validation_error_body
+from web import request_ids
+from web.front_spec import ErrorBodyOf, Front, front_for
 
 log = logging.getLogger("polytts.errors")
 
@@ -68,31 +69,11 @@ def route_path(routes: Sequence[BaseRoute], scope: Scope) -> str | None:
     return None
 
 
-OPENAI_PREFIX = "/v1/"
-"""Routes of the OpenAI surface answer errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`."""
-
-
-ELEVENLABS_PREFIX = elevenlabs_protocol.PREFIX + "/"
-"""Routes of the ElevenLabs surface answer errors in ElevenLabs' shape, `{"detail": {"status", "message"}}`."""
-
-
-CARTESIA_PREFIX = cartesia_protocol.PREFIX + "/"
-"""Routes of the Cartesia surface answer errors in Cartesia's shape, `{"error_code", "title", "message",
-"request_id"}`."""
-
-
-def error_response(exc: ServiceError, retry_after: float, path: str) -> JSONResponse:
+def error_response(exc: ServiceError, retry_after: float, error_body: ErrorBodyOf) -> JSONResponse:
+    """The error's answer in `error_body` (its front's body), with its status and headers."""
     if exc.status in (429, 503) and exc.retry_after is None:
         exc.retry_after = retry_after
-    if path.startswith(OPENAI_PREFIX):
-        body = service_error_body(exc)
-    elif path.startswith(ELEVENLABS_PREFIX):
-        body = elevenlabs_protocol.error_body(exc)
-    elif path.startswith(CARTESIA_PREFIX):
-        body = cartesia_protocol.error_body(exc)
-    else:
-        body = exc.body()
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers())
+    return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers())
 
 
 async def websocket_only() -> Response:
@@ -116,14 +97,18 @@ _DENIED_HANDSHAKE: contextvars.ContextVar[bool] = contextvars.ContextVar("denied
 """Set in the ASGI task of a WebSocket whose handshake `deny_websocket` answered."""
 
 
-async def refuse(exc: ServiceError, retry_after: float, scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer a request refused before its route ran (its key, its fairness key, its body's size): its error answer,
-    or a denied handshake; a speech route's refusal is logged and counted first."""
+async def refuse(
+    exc: ServiceError, retry_after: float, fronts: Sequence[Front], scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Answer a request refused before its route ran (its key, its fairness key, its body's size): its error answer
+    in the body of the front its path belongs to, or a denied handshake; a speech route's refusal is logged and
+    counted first."""
+    error_body = front_for(fronts, scope["path"]).error_body
     if scope["type"] == "websocket":
-        await deny_websocket(exc, retry_after, scope, receive, send)
+        await deny_websocket(exc, retry_after, error_body, scope, receive, send)
         return
     _count_refusal(scope, exc)
-    await error_response(exc, retry_after, scope["path"])(scope, receive, send)
+    await error_response(exc, retry_after, error_body)(scope, receive, send)
 
 
 def _count_refusal(scope: Scope, exc: ServiceError) -> None:
@@ -135,14 +120,16 @@ def _count_refusal(scope: Scope, exc: ServiceError) -> None:
         synthesis.rejected(route, exc, connection.client.host if connection.client else None)
 
 
-async def deny_websocket(exc: ServiceError, retry_after: float, scope: Scope, receive: Receive, send: Send) -> None:
-    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body, Retry-After) where the server
-    can send one (the ASGI `websocket.http.response` extension, which uvicorn has); else with a close, which the
-    client sees as a 403. Logged and counted as `refuse` has it."""
+async def deny_websocket(
+    exc: ServiceError, retry_after: float, error_body: ErrorBodyOf, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body in `error_body`, Retry-After)
+    where the server can send one (the ASGI `websocket.http.response` extension, which uvicorn has); else with a
+    close, which the client sees as a 403. Logged and counted as `refuse` has it."""
     _count_refusal(scope, exc)
     _DENIED_HANDSHAKE.set(True)
     if "websocket.http.response" in scope.get("extensions", {}):
-        await error_response(exc, retry_after, scope["path"])(scope, receive, send)
+        await error_response(exc, retry_after, error_body)(scope, receive, send)
     else:
         await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
 
@@ -159,19 +146,24 @@ class _DeniedHandshakes(logging.Filter):
 _DENIED_HANDSHAKES = _DeniedHandshakes()
 
 
-def install_error_handlers(app: FastAPI, retry_after: float) -> None:
-    """Map every error onto its JSON answer; 429 and 503 always carry Retry-After (`retry_after` by default)."""
+def install_error_handlers(app: FastAPI, retry_after: float, fronts: Sequence[Front]) -> None:
+    """Map every error onto its JSON answer, in the body of the front its path belongs to; 429 and 503 always carry
+    Retry-After (`retry_after` by default)."""
     logging.getLogger("uvicorn.error").addFilter(_DENIED_HANDSHAKES)  # once, however many apps are made
+
+    def answer(exc: ServiceError, request: Request) -> JSONResponse:
+        return error_response(exc, retry_after, front_for(fronts, request.url.path).error_body)
 
     async def on_service_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
-        return error_response(exc, retry_after, request.url.path)
+        return answer(exc, request)
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        if request.url.path.startswith(OPENAI_PREFIX):
-            return JSONResponse(validation_error_body(exc.errors()), status_code=422)
-        return error_response(invalid_fields(exc.errors()), retry_after, request.url.path)
+        own_body = front_for(fronts, request.url.path).validation_error_body
+        if own_body is not None:
+            return JSONResponse(own_body(exc.errors()), status_code=422)
+        return answer(invalid_fields(exc.errors()), request)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -180,14 +172,14 @@ def install_error_handlers(app: FastAPI, retry_after: float) -> None:
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(allowed_methods(request.app.router.routes, request.scope))
             message = f"{request.method} is not allowed here; this resource takes {headers['Allow']}"
-        response = error_response(HttpError(exc.status_code, message), retry_after, request.url.path)
+        response = answer(HttpError(exc.status_code, message), request)
         response.headers.update(headers)
         return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
         # What went wrong stays in the log: the client learns only that it was the server.
-        response = error_response(ServiceError("internal server error"), retry_after, request.url.path)
+        response = answer(ServiceError("internal server error"), request)
         response.headers.update(request_ids.header(request.scope))
         return response
 

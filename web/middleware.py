@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from errors import PayloadTooLarge, StreamCut
+from web.front_spec import Front, front_for
 from web.http_errors import SPEECH_ROUTE, error_response, refuse, route_path
 from web.request_ids import REQUEST_ID
 
@@ -86,13 +88,16 @@ class AccessLog:
 class BodyLimit:
     """Refuse a request body over `limit` bytes with 413, from its Content-Length at once or while it arrives, so
     nothing reads (or parses) more than the limit. Paths in `own_limits` bound their bodies themselves (uploads
-    count each file; a live text stream counts its text)."""
+    count each file; a live text stream counts its text). A refusal is in the body of the path's front."""
 
-    def __init__(self, app: ASGIApp, limit: int, own_limits: tuple[str, ...], retry_after: float) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int, own_limits: tuple[str, ...], retry_after: float, fronts: Sequence[Front]
+    ) -> None:
         self.app = app
         self.limit = limit
         self.own_limits = own_limits
         self.retry_after = retry_after
+        self.fronts = fronts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.own_limits:
@@ -101,7 +106,7 @@ class BodyLimit:
         too_large = PayloadTooLarge(f"request body is larger than {self.limit} bytes", code="body_too_large")
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
-            await refuse(too_large, self.retry_after, scope, receive, send)
+            await refuse(too_large, self.retry_after, self.fronts, scope, receive, send)
             return
         received = 0
         refused = False
@@ -123,7 +128,8 @@ class BodyLimit:
             if refused:
                 if not started:
                     started = True
-                    await error_response(too_large, self.retry_after, scope["path"])(scope, receive, send)
+                    error_body = front_for(self.fronts, scope["path"]).error_body
+                    await error_response(too_large, self.retry_after, error_body)(scope, receive, send)
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)

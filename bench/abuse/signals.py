@@ -27,7 +27,7 @@ from bench.common import ROOT, SIXTY_WORDS, wait_ready
 SERVED = {"POLYTTS_DRAIN_SECONDS": "600", "POLYTTS_MEMORY_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
 """A drain that never runs out (the probes are about the signals), and no cached answers."""
 MOMENT_S = 0.2
-"""'A moment later': the second signal of one stop request (server.SIGNALS_TOGETHER_S is 2 s)."""
+"""'A moment later': the second signal of one stop request (web.serving.SIGNALS_TOGETHER_S is 2 s)."""
 CLEAR_INTERVAL_S = 2.5
 """A second stop request comes this long after the first."""
 PROMPT_S = 5.0

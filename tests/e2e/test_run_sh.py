@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from server import SIGNALS_TOGETHER_S
 from tests.support.polling import wait_until
 from tests.support.servers import ROOT, free_port
+from web.serving import SIGNALS_TOGETHER_S
 
 FIRST_HEALTH_S = 120.0  # a fresh venv makes run.sh's first run pip install (quick when all is satisfied)
 STOP_S = 5.0  # "promptly": run.sh and the server stop within this after SIGTERM
@@ -383,7 +383,7 @@ DRAINING = {"POLYTTS_DRAIN_SECONDS": "600", "POLYTTS_MEMORY_CACHE_BYTES": "0", "
 """A drain that never runs out in these tests (each is about the signals, not the bound); no cache answers."""
 TOGETHER_S = 0.2
 """The second signal of one stop request comes this long after the first: a supervisor's "a moment later", well
-inside server.SIGNALS_TOGETHER_S."""
+inside web.serving.SIGNALS_TOGETHER_S."""
 
 
 def _under_way(port: int, count: int) -> bool:

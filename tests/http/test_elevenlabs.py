@@ -18,7 +18,7 @@ from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
 from tests.support.apps import InProcessApp
-from web.elevenlabs_protocol import GenerationConfig
+from web.fronts.elevenlabs.protocol import GenerationConfig
 
 KEY = {"xi-api-key": "sk-el"}
 BASE = "/elevenlabs/v1"

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from tests.support.apps import InProcessApp
 from tests.support.openapi import MAX_TEXT_CHARS, openapi_env, operations
 from voicebank.registration import Registration
-from web.protocol import LiveOptions
+from web.fronts.shared.requests import LiveOptions
 
 ERROR_STATUSES = (400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 503, 507)
 AUDIO_TYPES = {"application/octet-stream", "audio/wav", "audio/mpeg", "audio/ogg", "audio/aac", "audio/flac"}

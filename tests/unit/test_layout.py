@@ -330,3 +330,66 @@ def test_input_cleaning_is_one_function_every_speech_path_calls() -> None:
         }
         assert "clean_text" in calls, f"{name}.{owner}.{method} does not clean its text ({CLEANING}.clean_text)"
         assert (CLEANING, ["clean_text"]) in list(imported(name)), f"{name} takes clean_text from elsewhere"
+
+
+FRONTS_PACKAGE = "web.fronts"
+SHARED_FRONT_CODE = "web.fronts.shared"
+"""What the fronts share; it is no front, and imports none."""
+
+
+def front_packages() -> list[str]:
+    """Each front's package: every package right under web/fronts/ but the shared code."""
+    folder = ROOT / "web" / "fronts"
+    packages = [f"{FRONTS_PACKAGE}.{path.parent.name}" for path in folder.glob("*/__init__.py")]
+    return sorted(package for package in packages if package != SHARED_FRONT_CODE)
+
+
+def fronts_imported(name: str) -> set[str]:
+    """The packages of web.fronts that module `name` imports: a front's, the shared code's, or the list itself
+    (`web.fronts`, for `from web.fronts import FRONTS`)."""
+    packages = [*front_packages(), SHARED_FRONT_CODE]
+    found = set()
+    for module, names in imported(name):
+        for target in [module, *(f"{module}.{n}" for n in names)]:
+            owner = next((p for p in packages if target == p or target.startswith(p + ".")), None)
+            if owner is not None:
+                found.add(owner)
+            elif target == FRONTS_PACKAGE:
+                found.add(FRONTS_PACKAGE)
+    return found
+
+
+def test_a_front_never_imports_another_front() -> None:
+    """What two fronts share lives in web.fronts.shared, which imports no front."""
+    fronts = front_packages()
+    assert {"web.fronts.native", "web.fronts.openai", "web.fronts.elevenlabs", "web.fronts.cartesia"} <= set(fronts)
+    offenders = []
+    for name in project_modules():
+        owner = next((p for p in [*fronts, SHARED_FRONT_CODE] if name == p or name.startswith(p + ".")), None)
+        if owner is None:
+            continue
+        others = {package for package in fronts_imported(name) if package not in (owner, SHARED_FRONT_CODE)}
+        offenders += [f"{name} imports {package}" for package in sorted(others)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_only_the_app_factory_and_the_tests_import_the_fronts_from_outside_the_fronts() -> None:
+    """The modules of web/ beside the fronts (errors, API docs, keys, redaction, middleware, the other routes) are
+    given the fronts by the app factory and name none; server.py imports the list, FRONTS, and no front itself."""
+    offenders = []
+    for name in project_modules():
+        if name == FRONTS_PACKAGE or name.startswith(FRONTS_PACKAGE + ".") or name.split(".")[0] == "tests":
+            continue
+        allowed = {FRONTS_PACKAGE} if name == "server" else set()
+        offenders += [f"{name} imports {package}" for package in sorted(fronts_imported(name) - allowed)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_front_package_is_in_the_list_of_fronts_once() -> None:
+    """A front is mounted, documented and answered in its error shape only through FRONTS: a package left out of
+    it would serve nothing. Each front is named after its package."""
+    from web.fronts import FRONTS
+
+    listed = [f"{FRONTS_PACKAGE}.{front.name}" for front in FRONTS]
+    assert sorted(listed) == front_packages()
+    assert [front.prefix for front in FRONTS].count("") == 1, "one front, the native API, is at the root"

@@ -23,10 +23,9 @@ from pydantic import ValidationError
 from audio.encoding import AUDIO_FORMATS
 from engines.base import BuiltinVoice
 from errors import Busy, ClientDisconnected, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
-from voicebank.openai_voices import DEFAULT_VOICES, voice_table
 from voicebank.voice_entry import VoiceEntry
-from web.http_errors import install_error_handlers
-from web.openai_protocol import (
+from web.fronts import FRONTS
+from web.fronts.openai.protocol import (
     SPEECH_MODELS,
     SSE_MEDIA_TYPE,
     SpeechRequest,
@@ -41,6 +40,8 @@ from web.openai_protocol import (
     validation_error_body,
     voices_list,
 )
+from web.fronts.openai.voices import DEFAULT_VOICES, voice_table
+from web.http_errors import install_error_handlers
 
 ENGINES = ("kokoro", "voxcpm", "qwen")
 
@@ -275,7 +276,7 @@ def test_a_400_is_the_clients_bad_request_error() -> None:
 
 async def test_an_unexpected_error_on_a_v1_route_answers_in_openais_shape() -> None:
     app = FastAPI()
-    install_error_handlers(app, retry_after=2.0)
+    install_error_handlers(app, retry_after=2.0, fronts=FRONTS)
 
     async def broken() -> None:
         raise RuntimeError("a bug")

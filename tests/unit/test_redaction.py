@@ -7,10 +7,11 @@ import logging
 import pytest
 
 from web import redaction
+from web.fronts import FRONTS
 
 
 def test_key_bearing_query_parameters_are_redacted_in_uvicorn_lines(caplog: pytest.LogCaptureFixture) -> None:
-    redaction.install()
+    redaction.install(FRONTS)
     logger = logging.getLogger("uvicorn.error")
     with caplog.at_level(logging.INFO, logger="uvicorn.error"):
         path = "/elevenlabs/v1/text-to-speech/af_heart/stream-input?model_id=m&xi-api-key=s3cret&x=1"

@@ -17,7 +17,7 @@ from tests.support.apps import kokoro_service
 from text.chunking import Chunk, chunk_text, cut_short
 from text.normalize import read_english
 from text.spoken import Spoken
-from web.protocol import TTSRequest
+from web.fronts.shared.requests import TTSRequest
 
 CHUNK = "Fishing boats leave first, the ferries follow them out, and the cargo ships wait for the tide to turn."
 

@@ -16,7 +16,7 @@ from lifecycle.service import Service
 from pcm_cache import PcmCache
 from settings import SettingsError, load_settings
 from tests.support.apps import kokoro_service
-from web.protocol import TTSRequest
+from web.fronts.shared.requests import TTSRequest
 
 CONTEXT = RequestContext("test", principal="test")
 

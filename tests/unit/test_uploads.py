@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from tests.support.polling import wait_until
 from tests.support.servers import free_port
 from voicebank.uploads import MAX_FILENAME_CHARS, UploadBudget, read_form
+from web.fronts import FRONTS
 from web.http_errors import install_error_handlers
 
 FILE_LIMIT = 1024 * 1024
@@ -34,7 +35,7 @@ class FormApp:
         self.gate.set()
         self.peak = 0
         app = FastAPI()
-        install_error_handlers(app, retry_after=1.0)
+        install_error_handlers(app, retry_after=1.0, fronts=FRONTS)
 
         @app.post("/form")
         async def form(request: Request) -> dict[str, object]:

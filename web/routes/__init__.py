@@ -1,1 +1,2 @@
-"""The HTTP routes, one module per area; each route parses its request, calls the service, and wraps the result."""
+"""The node's own routes beside the fronts, one module per area (voices, operations, admin, playground, docs); each
+route parses its request, calls the service, and wraps the result."""

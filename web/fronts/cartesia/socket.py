@@ -1,5 +1,5 @@
 """Cartesia's WebSocket `.../tts/websocket` on the live lifecycle: several contexts per socket, each its own live
-request (its own job in the fair queue, its own log line and count), through `web.live_transport.open_session`.
+request (its own job in the fair queue, its own log line and count), through `web.fronts.shared.live.open_session`.
 
 A message names its context. Its `transcript` goes into that context's live request as it comes; `continue: false`
 (the default) ends the context's text: the rest is spoken, then `done`. `flush: true` speaks what is pending and,
@@ -27,11 +27,18 @@ from errors import InvalidInput, ServiceError, invalid_fields
 from lifecycle.service import Service
 from text.chunking import is_speakable
 from text.live_text import LiveText
-from web.cartesia_protocol import SocketMessage, StepClock, event_error, resolve_model, word_timestamps
 from web.dependencies import connection_context
+from web.fronts.cartesia.protocol import (
+    SocketMessage,
+    StepClock,
+    error_body,
+    event_error,
+    resolve_model,
+    word_timestamps,
+)
+from web.fronts.shared.contexts import ContextSocket, SocketContext
+from web.fronts.shared.live import open_session
 from web.http_errors import deny_websocket
-from web.live_transport import open_session
-from web.socket_contexts import JsonSocket, SocketContext, SocketContexts
 
 SOCKET_IDLE_S = 300.0
 """How long a socket with no context open may send nothing."""
@@ -60,42 +67,28 @@ def joined(tail: str, transcript: str) -> str:
     return transcript
 
 
-class CartesiaSocket(JsonSocket):
-    """One accepted socket: reads the client's messages, opens, feeds and cancels its contexts, sends their audio."""
+class CartesiaSocket(ContextSocket[SocketMessage]):
+    """One accepted socket: reads the client's messages, opens, feeds and cancels its contexts, sends their audio.
+    A client that closes the socket leaves nobody to hear its contexts: they are cancelled."""
 
     def __init__(self, websocket: WebSocket, service: Service) -> None:
         super().__init__(websocket)
         self.service = service
-        self.contexts: SocketContexts[SocketMessage] = SocketContexts()
         self.flushes: dict[str | None, _Flushes] = {}
         self.request = connection_context(websocket, self.route, streaming=True)
 
-    async def run(self) -> None:
-        receiver: asyncio.Task[dict[str, Any] | None] | None = None
-        try:
-            while True:
-                receiver = receiver or asyncio.ensure_future(self.receive())
-                idle = None if self.contexts.open else SOCKET_IDLE_S
-                done, _ = await asyncio.wait({receiver}, timeout=idle)
-                if not done:
-                    break
-                try:
-                    raw = receiver.result()
-                except ServiceError as exc:  # not a JSON object: said, and the socket serves on
-                    await self.send(event_error(exc, None))
-                    continue
-                finally:
-                    receiver = None
-                if raw is None:  # the client closed the socket: nobody is left to hear its contexts
-                    break
-                await self._handle(raw)
-        finally:
-            if receiver is not None:
-                receiver.cancel()
-            await self.contexts.cancel_all()
-            await self.close()
+    def idle_timeout(self) -> float | None:
+        return None if self.contexts.open else SOCKET_IDLE_S
 
-    async def _handle(self, raw: dict[str, Any]) -> None:
+    async def bad_frame(self, exc: ServiceError) -> bool:
+        await self.send(event_error(exc, None))  # not a JSON object: said, and the socket serves on
+        return True
+
+    async def handle(self, raw: dict[str, Any]) -> bool:
+        await self._apply(raw)
+        return True  # a context's mistake is an `error` event of that context: the socket serves on
+
+    async def _apply(self, raw: dict[str, Any]) -> None:
         named = raw.get("context_id")
         context_id = named if isinstance(named, str) else None
         try:
@@ -213,9 +206,8 @@ async def serve_socket(websocket: WebSocket, service: Service) -> None:
     try:
         service.synthesis.check_open()
     except ServiceError as exc:
-        await deny_websocket(
-            exc, service.settings.retry_after_seconds, websocket.scope, websocket.receive, websocket.send
-        )
+        retry_after = service.settings.retry_after_seconds
+        await deny_websocket(exc, retry_after, error_body, websocket.scope, websocket.receive, websocket.send)
         return
     await websocket.accept()
     await CartesiaSocket(websocket, service).run()

@@ -180,6 +180,19 @@ def voices_list(
 # --- errors -------------------------------------------------------------------------------------------------------
 
 
+class OpenAIError(BaseModel):
+    message: str
+    type: str = Field(description="`invalid_request_error`, `requests` (a rate limit) or `server_error`.")
+    param: str | None = Field(description="The request field at fault, where one is.")
+    code: str = Field(description="The service's stable code, as in the native API's error body.")
+
+
+class OpenAIErrorBody(BaseModel):
+    """The body of every error the /v1 routes answer, in OpenAI's shape."""
+
+    error: OpenAIError
+
+
 def error_type(status: int) -> str:
     """OpenAI's error `type` for a status, as its API sends them: client errors, a bad API key and an unknown model
     alike, are `invalid_request_error`; a rate limit is `requests` (the limit hit is on requests); the rest is

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -20,9 +20,10 @@ from audio.encoding import MEDIA_TYPES
 from audio.output import Output
 from audio.word_timings import Words, WordTiming
 from engines.base import BuiltinVoice
-from errors import InvalidInput, NotFound, ServiceError
+from errors import InvalidInput, ServiceError
 from lifecycle.speech import Speech
 from voicebank.voice_entry import VoiceEntry
+from web.fronts.shared.model_ids import model_engine
 
 PREFIX = "/elevenlabs"
 """Where the front lives: a client's base URL is `http://<node>/elevenlabs`, and it appends `/v1/...` itself."""
@@ -68,16 +69,7 @@ def media_type(audio: Output) -> str:
 def resolve_model(model_id: str | None, engines: Collection[str]) -> str | None:
     """The engine a `model_id` asks for: ElevenLabs' models (`eleven_...`) mean the voice's own engine (None); a
     PolyTTS engine name means that engine, whose voice the path must name."""
-    if model_id is None or model_id.startswith("eleven_"):
-        return None
-    if model_id in engines:
-        return model_id
-    accepted = ["eleven_* (the voice's engine)", *sorted(engines)]
-    raise NotFound(
-        f"the model {model_id[:40]!r} does not exist here. Accepted: {', '.join(accepted)}",
-        code="model_not_found",
-        detail={"param": "model_id"},
-    )
+    return model_engine(model_id, engines, "eleven_")
 
 
 class VoiceSettings(BaseModel):
@@ -339,7 +331,3 @@ def error_body(exc: ServiceError) -> dict[str, Any]:
 def socket_error(exc: ServiceError, context_id: str | None) -> dict[str, Any]:
     """An error message on the WebSocket, as ElevenLabs sends them (`message`, `error`), with our code."""
     return {"message": exc.message, "error": exc.code, **({"contextId": context_id} if context_id else {})}
-
-
-def ignored_header(names: Sequence[str]) -> Mapping[str, str]:
-    return {"X-Ignored-Parameters": ", ".join(names)} if names else {}

@@ -1,5 +1,6 @@
-"""The native speech routes: `POST /tts` (one file, WAV by default) and `POST /tts/stream` (audio as it is made, raw
-s16le PCM by default)."""
+"""The native speech routes: `POST /tts` (one file, WAV by default), `POST /tts/stream` (audio as it is made, raw
+s16le PCM by default), the live routes `POST`/`PUT /tts/live` and the WebSocket `/tts/live/ws` (text in as it is
+written), and `GET /engines` (what each engine takes)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from audio.word_timings import CaptionFormat, captions
 from errors import InvalidInput, ServiceError
 from text.languages import LANGUAGES
 from web import api_docs
-from web.auth import LIVE_SUBPROTOCOL
 from web.dependencies import ServiceDep, SpeechContext, SpeechRoute, StreamContext, connection_context
+from web.fronts.native.live import LIVE_SUBPROTOCOL, json_objects, serve_websocket
+from web.fronts.native.protocol import EngineCatalog, TimedSpeech
+from web.fronts.shared.live import open_session
+from web.fronts.shared.requests import LiveMessage, LiveOptions, TTSRequest
 from web.http_errors import cut_on_failure, deny_websocket, websocket_only
-from web.live_transport import json_objects, open_session, serve_websocket
-from web.protocol import EngineCatalog, LiveMessage, LiveOptions, TimedSpeech, TTSRequest
 
 CAPTION_MEDIA_TYPES: dict[CaptionFormat, str] = {
     "vtt": "text/vtt; charset=utf-8",
@@ -149,9 +151,8 @@ async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
     try:
         service.synthesis.check_open()  # a draining node refuses the handshake: a balancer retries elsewhere
     except ServiceError as exc:
-        await deny_websocket(
-            exc, service.settings.retry_after_seconds, websocket.scope, websocket.receive, websocket.send
-        )
+        retry_after = service.settings.retry_after_seconds
+        await deny_websocket(exc, retry_after, ServiceError.body, websocket.scope, websocket.receive, websocket.send)
         return
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)

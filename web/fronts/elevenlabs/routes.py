@@ -15,20 +15,19 @@ from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from audio.output import Output
-from errors import ServiceError
 from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from lifecycle.speech import Speech
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, connection_context
-from web.elevenlabs_protocol import (
+from web.fronts.elevenlabs.protocol import (
     DEFAULT_OUTPUT_FORMAT,
     OUTPUT_FORMATS,
     PREFIX,
+    ElevenLabsErrorBody,
     SpeechBody,
     TimedAudio,
     alignment,
-    ignored_header,
     media_type,
     models_list,
     output,
@@ -37,9 +36,10 @@ from web.elevenlabs_protocol import (
     voice_view,
     voices_list,
 )
-from web.elevenlabs_socket import serve_socket
+from web.fronts.elevenlabs.socket import serve_socket
+from web.fronts.shared.requests import TTSRequest
+from web.fronts.shared.speaking import counted_refusal, speak_translated
 from web.http_errors import cut_on_failure, websocket_only
-from web.protocol import TTSRequest
 
 router = APIRouter(prefix=PREFIX + "/v1", tags=["elevenlabs"], route_class=SpeechRoute)
 
@@ -53,7 +53,7 @@ OutputFormat = Annotated[
 ]
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 _AUDIO_TYPES = ("audio/mpeg", "audio/pcm", "audio/basic", "audio/ogg")
-_ERRORS = api_docs.errors(404, 413, 422, 429, 503, elevenlabs=True)
+_ERRORS = api_docs.errors(404, 413, 422, 429, 503, shape=ElevenLabsErrorBody)
 _AUDIO: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audio in `output_format` as it is made (X-Sample-Rate tells its rate); fields this node "
@@ -81,20 +81,11 @@ async def _speak(
 ) -> tuple[Speech, Output, dict[str, str]]:
     """The request spoken through the lifecycle, with the audio it asked for and the answer's headers; a bad
     `output_format` or `model_id` is refused, logged and counted, before anything is planned."""
-    try:
+    with counted_refusal(service.synthesis, ctx):
         audio = output(output_format)
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
-    except ServiceError as exc:
-        service.synthesis.rejected(ctx.route, exc, ctx.client)
-        raise
     native = TTSRequest(text=body.text, voice_id=voice_id, language=body.language_code, speed=body.speed())
-    speech = await service.synthesis.speak(native, ctx, timed=timed)
-    headers = {
-        **speech.headers("pcm"),
-        "X-Sample-Rate": str(audio.rate(speech.plan.engine.sample_rate)),
-        "X-Audio-Format": "mulaw" if audio.encoding == "mulaw" else "s16le" if audio.fmt == "pcm" else audio.fmt,
-        **ignored_header(body.ignored()),
-    }
+    speech, headers = await speak_translated(service.synthesis, native, audio, ctx, timed=timed, ignored=body.ignored())
     return speech, audio, headers
 
 
@@ -187,7 +178,7 @@ async def voices(service: ServiceDep) -> dict[str, Any]:
     return voices_list([*service.registry.list(), *builtins])
 
 
-@router.get("/voices/{voice_id}", responses=api_docs.errors(404, elevenlabs=True))
+@router.get("/voices/{voice_id}", responses=api_docs.errors(404, shape=ElevenLabsErrorBody))
 async def voice(voice_id: str, service: ServiceDep) -> dict[str, Any]:
     return voice_view(await asyncio.to_thread(service.catalog.get, voice_id))
 

@@ -1,8 +1,9 @@
 """The contexts of a WebSocket that carries several live requests at once (Cartesia's `tts/websocket`, ElevenLabs'
 `multi-stream-input`): each context's text on its way into its own live request (its own job in the fair queue, its
-own log line and count), the task that sends its audio back, and the bounds on what one socket may hold.
+own log line and count), the task that sends its audio back, the bounds on what one socket may hold, and the loop
+that serves such a socket (`ContextSocket.run`), which each front fills in with its own messages.
 
-A context's messages go into its live request as they come (web/live_transport.py `open_session` reads them from
+A context's messages go into its live request as they come (web/fronts/shared/live.py `open_session` reads them from
 `SocketContext.messages`); ending a context lets what it was sent be spoken to the end, cancelling it stops its work
 at once (a barge-in).
 """
@@ -12,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
+from typing import Any, ClassVar, Generic, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from errors import InvalidInput, ServiceError
 from text.chunking import is_speakable
+from web.fronts.shared.live import receive_object
 from web.http_errors import SPEECH_ROUTE
-from web.live_transport import receive_object
 
 MAX_CONTEXTS = 5
 """Contexts open at once on one socket: a client that never closes its contexts is refused new ones rather than
@@ -165,3 +167,69 @@ class SocketContexts(Generic[First]):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class ContextSocket(JsonSocket, ABC, Generic[First]):
+    """A JSON WebSocket carrying contexts: `run` receives the client's messages one at a time, waiting at most
+    `idle_timeout()` for each, hands each to `handle`, and at the end cancels every context still open and closes
+    the socket. A front says what its messages mean (`handle`) and how it answers what is not a message (`bad_frame`)
+    or silence (`idle`)."""
+
+    hears_out_ended: ClassVar[bool] = False
+    """Whether contexts whose text is complete are spoken to their end once the client's messages are over; else
+    every context still open is cancelled at once."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        super().__init__(websocket)
+        self.contexts: SocketContexts[First] = SocketContexts()
+
+    @abstractmethod
+    def idle_timeout(self) -> float | None:
+        """How long the socket may send nothing now (None: for ever)."""
+
+    def ends_with(self) -> Collection[asyncio.Future[Any]]:
+        """Tasks whose end ends the socket, beside the client's messages."""
+        return ()
+
+    async def idle(self) -> None:
+        """The client sent nothing for `idle_timeout()`: the socket ends."""
+
+    @abstractmethod
+    async def bad_frame(self, exc: ServiceError) -> bool:
+        """The client sent what is not a JSON object; whether the socket serves on."""
+
+    @abstractmethod
+    async def handle(self, raw: dict[str, Any]) -> bool:
+        """Apply one message; False when the socket is to end."""
+
+    async def run(self) -> None:
+        receiver: asyncio.Task[dict[str, Any] | None] | None = None
+        try:
+            while True:
+                receiver = receiver or asyncio.ensure_future(self.receive())
+                waits = {receiver, *self.ends_with()}
+                done, _ = await asyncio.wait(waits, timeout=self.idle_timeout(), return_when="FIRST_COMPLETED")
+                if not done:
+                    await self.idle()
+                    break
+                if receiver not in done:
+                    break
+                try:
+                    raw = receiver.result()
+                except ServiceError as exc:
+                    if await self.bad_frame(exc):
+                        continue
+                    break
+                finally:
+                    receiver = None
+                if raw is None:  # the client closed the socket
+                    break
+                if not await self.handle(raw):
+                    break
+            if self.hears_out_ended:
+                await self.contexts.wait_ended()
+        finally:
+            if receiver is not None:
+                receiver.cancel()
+            await self.contexts.cancel_all()
+            await self.close()

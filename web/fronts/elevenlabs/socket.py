@@ -1,6 +1,6 @@
 """ElevenLabs' input-streaming WebSockets on the live lifecycle: `stream-input` (one stream of text per socket) and
 `multi-stream-input` (several contexts per socket, each its own live request: its own job in the fair queue, its
-own log line and count), both through `web.live_transport.open_session`.
+own log line and count), both through `web.fronts.shared.live.open_session`.
 
 A context's text goes into its live request as it comes (`flush` speaks what is pending), cut into phrases by its
 `generation_config.chunk_length_schedule` where it gives one; its audio comes back in the asked `output_format`,
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,17 +28,18 @@ from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from text.chunking import is_speakable
 from web.dependencies import connection_context
-from web.elevenlabs_protocol import (
+from web.fronts.elevenlabs.protocol import (
     SocketMessage,
+    error_body,
     output,
     resolve_model,
     segments,
     socket_alignment,
     socket_error,
 )
+from web.fronts.shared.contexts import ContextSocket, SocketContext
+from web.fronts.shared.live import open_session
 from web.http_errors import deny_websocket
-from web.live_transport import open_session
-from web.socket_contexts import JsonSocket, SocketContext, SocketContexts
 
 DEFAULT_CONTEXT = "default"
 """The context of a `multi-stream-input` message that names none."""
@@ -72,8 +74,10 @@ class SocketIdle(ServiceError):
 Context = SocketContext[SocketMessage]
 
 
-class ElevenLabsSocket(JsonSocket):
+class ElevenLabsSocket(ContextSocket[SocketMessage]):
     """One accepted socket: reads the client's messages, opens and ends its contexts, sends their audio."""
+
+    hears_out_ended = True  # `close_socket`: what was sent and flushed is still spoken
 
     def __init__(
         self,
@@ -92,47 +96,26 @@ class ElevenLabsSocket(JsonSocket):
         self.audio = audio
         self.engine = engine
         self.multi = multi
-        self.contexts = SocketContexts[SocketMessage]()
         self.unflushed: set[str | None] = set()
         """Contexts sent speakable text since their last `flush`: closing one of them is a barge-in."""
         self.request = connection_context(websocket, self.route, streaming=True, engine=engine)
 
-    async def run(self) -> None:
-        receiver: asyncio.Task[dict[str, Any] | None] | None = None
-        try:
-            while True:
-                receiver = receiver or asyncio.ensure_future(self.receive())
-                single = self.contexts.get(None)
-                waits: set[asyncio.Future[Any]] = {receiver}
-                if single is not None and single.task is not None:
-                    waits.add(single.task)
-                timeout = None if self.contexts.finishing else self.query.inactivity_timeout
-                done, _ = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
-                if not done:
-                    idle = f"no message for {self.query.inactivity_timeout:g} s (inactivity_timeout)"
-                    await self.send(socket_error(SocketIdle(idle), None))
-                    break
-                if receiver not in done:  # stream-input's one stream is over
-                    break
-                try:
-                    raw = receiver.result()
-                except ServiceError as exc:
-                    await self.send(socket_error(exc, None))
-                    break
-                finally:
-                    receiver = None
-                if raw is None:  # the client closed the socket
-                    break
-                if not await self._handle(raw):
-                    break
-            await self.contexts.wait_ended()
-        finally:
-            if receiver is not None:
-                receiver.cancel()
-            await self.contexts.cancel_all()
-            await self.close()
+    def idle_timeout(self) -> float | None:
+        return None if self.contexts.finishing else self.query.inactivity_timeout
 
-    async def _handle(self, raw: dict[str, Any]) -> bool:
+    def ends_with(self) -> Collection[asyncio.Future[Any]]:
+        single = self.contexts.get(None)  # stream-input's one stream: the socket ends with it
+        return {single.task} if single is not None and single.task is not None else set()
+
+    async def idle(self) -> None:
+        idle = f"no message for {self.query.inactivity_timeout:g} s (inactivity_timeout)"
+        await self.send(socket_error(SocketIdle(idle), None))
+
+    async def bad_frame(self, exc: ServiceError) -> bool:
+        await self.send(socket_error(exc, None))
+        return False
+
+    async def handle(self, raw: dict[str, Any]) -> bool:
         """Apply one message; False when the socket is to end (its text is over)."""
         try:
             message = SocketMessage.model_validate(raw)
@@ -234,9 +217,8 @@ async def serve_socket(websocket: WebSocket, voice_id: str, service: Service, mu
         engine = resolve_model(query.model_id, service.pool.engines)
         await service.catalog.resolve(voice_id)
     except ServiceError as exc:
-        await deny_websocket(
-            exc, service.settings.retry_after_seconds, websocket.scope, websocket.receive, websocket.send
-        )
+        retry_after = service.settings.retry_after_seconds
+        await deny_websocket(exc, retry_after, error_body, websocket.scope, websocket.receive, websocket.send)
         return
     await websocket.accept()
     await ElevenLabsSocket(websocket, service, voice_id, query, audio, engine, multi).run()

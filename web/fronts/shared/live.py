@@ -1,8 +1,8 @@
-"""Text streamed in, speech streamed out: the transport of a live request, whose text arrives while a language model
-writes it.
+"""Text streamed in, speech streamed out: a live request, whose text arrives while a language model writes it, as
+every front's live routes and sockets open it (`open_session`).
 
 The client sends messages (`{"text": ...}` appends, `{"flush": true}` speaks what is pending), over a WebSocket or
-as the NDJSON body of a full-duplex HTTP request; the text goes into the request's `LiveText` (text/live_text.py),
+as the NDJSON body of a full-duplex HTTP request (web/fronts/native/live.py); the text goes into the request's `LiveText` (text/live_text.py),
 which cuts it into phrases, each one step of the request's job on the GPU thread, in order. A job waiting for text
 is not ready: it holds no step of the GPU thread and no admission place (`gpu.fairness`). A partial phrase pending
 for POLYTTS_LIVE_FLUSH_MS is spoken anyway; a request that sends no speakable text for POLYTTS_LIVE_IDLE_TIMEOUT_S
@@ -13,7 +13,6 @@ is cut where the client sees it: an aborted body, or an `error` event on the Web
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -23,21 +22,18 @@ from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import Receive
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
-from audio.word_timings import Words
-from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
+from errors import InvalidInput, ServiceError, invalid_fields
 from lifecycle.request_context import RequestContext
 from lifecycle.speech import Speech
 from lifecycle.synthesis import SynthesisService
 from text.chunking import is_speakable
 from text.live_text import LiveText
-from web.protocol import LiveMessage, LiveOptions
+from web.fronts.shared.requests import LiveMessage, LiveOptions
+from web.fronts.shared.speaking import counted_refusal
 
 log = logging.getLogger("polytts.live")
-
-MAX_LINE_BYTES = 128 * 1024
-"""Longest NDJSON line of a live request body."""
 
 
 class LiveIdle(ServiceError):
@@ -116,14 +112,11 @@ async def open_session(
     reader = asyncio.create_task(_pump(raw, inbox))
     clock = IdleClock(settings.live_idle_timeout_s)
     try:
-        try:
+        with counted_refusal(synthesis, ctx):
             first = await _next(inbox, clock)
             chosen = options(query, {key: value for key, value in (first or {}).items() if key not in _MESSAGE_KEYS})
             # The first message is checked before the answer starts, so a wrong one still gets its error status.
             head = message({key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS})
-        except ServiceError as exc:
-            synthesis.rejected(ctx.route, exc, ctx.client)
-            raise
         speech, text = await synthesis.speak_live(chosen, ctx, timed, phrase_chars)  # logs and counts its own refusals
     except BaseException:
         reader.cancel()
@@ -210,21 +203,6 @@ async def _next(
         return item
 
 
-async def json_objects(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of a newline-delimited body as its bytes arrive; blank lines are skipped."""
-    buffer = b""
-    async for chunk in chunks:
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield parse_object(line)
-        if len(buffer) > MAX_LINE_BYTES:
-            raise PayloadTooLarge(f"a live message is longer than {MAX_LINE_BYTES} bytes", code="message_too_large")
-    if buffer.strip():
-        yield parse_object(buffer)
-
-
 def parse_object(raw: str | bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw)
@@ -235,66 +213,9 @@ def parse_object(raw: str | bytes) -> dict[str, Any]:
     return value
 
 
-async def serve_websocket(websocket: WebSocket, synthesis: SynthesisService, ctx: RequestContext) -> None:
-    """One live request over an accepted WebSocket: audio as binary frames, then `{"type": "done"}` once the text has
-    ended (`{"end": true}`) and all of it is spoken; `words` events after each phrase's audio where the engine times
-    words; `{"type": "error", "code", "message"}` and a close when something goes wrong."""
-    try:
-        session = await open_session(synthesis, ctx, dict(websocket.query_params), _ws_objects(websocket), timed=None)
-    except ClientDisconnected:
-        return
-    except ServiceError as exc:
-        await _refuse(websocket, exc)
-        return
-    fmt = session.options.format or "pcm"
-    speech = session.speech
-    try:
-        await websocket.send_json(
-            {
-                "type": "start",
-                "engine": speech.plan.engine.name,
-                "voice": speech.plan.voice_key,
-                "format": fmt,
-                "sample_rate": speech.plan.engine.sample_rate,
-            }
-        )
-        async with contextlib.aclosing(speech.encoded_events(fmt)) as events:
-            async for item in events:
-                if isinstance(item, Words):
-                    if item.words:
-                        await websocket.send_json({"type": "words", "words": [word.public() for word in item.words]})
-                else:
-                    await websocket.send_bytes(item)
-        await websocket.send_json({"type": "done", "audio_seconds": round(speech.timings.audio_seconds(), 3)})
-        await websocket.close(1000)
-    except ServiceError as exc:
-        await _refuse(websocket, session.failure or exc)
-    except (
-        WebSocketDisconnect,
-        ClientDisconnected,
-        RuntimeError,
-    ):  # the client went away; RuntimeError: a send after it
-        pass
-    finally:
-        await session.close()
-
-
-async def _refuse(websocket: WebSocket, error: ServiceError) -> None:
-    with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-        await websocket.send_json({"type": "error", "code": error.code, "message": error.message})
-        await websocket.close(1008 if error.status in (401, 403) else 1011 if error.status >= 500 else 1000)
-
-
 async def receive_object(websocket: WebSocket) -> dict[str, Any] | None:
     """The next JSON object a client sends over the WebSocket (a text or binary frame); None once it has closed it."""
     received = await websocket.receive()
     if received["type"] == "websocket.disconnect":
         return None
     return parse_object(received.get("text") or received.get("bytes") or b"")
-
-
-async def _ws_objects(websocket: WebSocket) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects a client sends over the WebSocket, until it closes it."""
-    while (received := await receive_object(websocket)) is not None:
-        yield received
-    raise ClientDisconnected("the client closed the WebSocket")

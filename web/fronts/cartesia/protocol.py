@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from audio.encoding import MEDIA_TYPES
 from audio.output import Output, SampleEncoding
 from audio.word_timings import WordTiming
-from errors import InvalidInput, NotFound, ServiceError
+from errors import InvalidInput, ServiceError
 from lifecycle.request_context import REQUEST_ID
+from web.fronts.shared.model_ids import model_engine
 
 PREFIX = "/cartesia"
 """Where the front lives: a client's base URL is `http://<node>/cartesia` (its WebSocket URL
@@ -166,16 +167,7 @@ class SocketMessage(GenerationFields):
 def resolve_model(model_id: str | None, engines: Collection[str]) -> str | None:
     """The engine a `model_id` asks for: Cartesia's models (`sonic...`) mean the voice's own engine (None); a
     PolyTTS engine name means that engine, whose voice `voice` must name."""
-    if model_id is None or model_id.startswith("sonic"):
-        return None
-    if model_id in engines:
-        return model_id
-    accepted = ["sonic* (the voice's engine)", *sorted(engines)]
-    raise NotFound(
-        f"the model {model_id[:40]!r} does not exist here. Accepted: {', '.join(accepted)}",
-        code="model_not_found",
-        detail={"param": "model_id"},
-    )
+    return model_engine(model_id, engines, "sonic")
 
 
 def word_timestamps(words: Sequence[WordTiming]) -> dict[str, list[Any]]:

@@ -1,5 +1,5 @@
 """OpenAI's voice names as PolyTTS voices: the default mapping onto stock Kokoro voices, and the operator's overrides
-(POLYTTS_OPENAI_VOICES). The service builds the table once; the OpenAI front resolves names through it."""
+(POLYTTS_OPENAI_VOICES). The OpenAI front's routes resolve names through the table (`voice_table`), and list it."""
 
 from __future__ import annotations
 

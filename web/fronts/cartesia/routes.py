@@ -21,8 +21,10 @@ from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from lifecycle.speech import Speech
 from web import api_docs
-from web.cartesia_protocol import (
+from web.dependencies import ServiceDep, SpeechRoute, connection_context
+from web.fronts.cartesia.protocol import (
     PREFIX,
+    CartesiaErrorBody,
     GenerationRequest,
     StepClock,
     event_error,
@@ -30,15 +32,15 @@ from web.cartesia_protocol import (
     resolve_model,
     word_timestamps,
 )
-from web.cartesia_socket import serve_socket
-from web.dependencies import ServiceDep, SpeechRoute, connection_context
+from web.fronts.cartesia.socket import serve_socket
+from web.fronts.shared.requests import TTSRequest
+from web.fronts.shared.speaking import counted_refusal, speak_translated
 from web.http_errors import cut_on_failure, websocket_only
-from web.protocol import TTSRequest
 
 router = APIRouter(prefix=PREFIX + "/tts", tags=["cartesia"], route_class=SpeechRoute)
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
-_ERRORS = api_docs.errors(404, 413, 422, 429, 503, cartesia=True)
+_ERRORS = api_docs.errors(404, 413, 422, 429, 503, shape=CartesiaErrorBody)
 _AUDIO: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audio in `output_format` as it is made (X-Sample-Rate tells its rate); fields this node "
@@ -64,24 +66,14 @@ async def _speak(
     `output_format`, `voice` or `model_id` is refused, logged and counted, before anything is planned."""
     # The route's template, as on every speech route.
     ctx: RequestContext = connection_context(request, request.scope["route"].path.strip("/"), streaming=True)
-    try:
+    with counted_refusal(service.synthesis, ctx):
         audio = body.output_format.output(containers)
         voice_id = body.voice_id()
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
-    except ServiceError as exc:
-        service.synthesis.rejected(ctx.route, exc, ctx.client)
-        raise
     native = TTSRequest(
         text=body.transcript, voice_id=voice_id, language=body.spoken_language(), speed=body.speaking_rate()
     )
-    speech = await service.synthesis.speak(native, ctx, timed=timed)
-    headers = {
-        **speech.headers("pcm"),
-        "X-Sample-Rate": str(audio.rate(speech.plan.engine.sample_rate)),
-        "X-Audio-Format": audio.encoding if audio.fmt in ("pcm", "wav") else audio.fmt,
-    }
-    if ignored := body.ignored():
-        headers["X-Ignored-Parameters"] = ", ".join(ignored)
+    speech, headers = await speak_translated(service.synthesis, native, audio, ctx, timed=timed, ignored=body.ignored())
     return speech, audio, headers
 
 
