@@ -155,8 +155,9 @@ def _declaring_classes(settings: type[BaseSettings]) -> Iterator[tuple[type, lis
 
 
 def _section_title(cls: type) -> str:
-    families = {spec.settings: f"Engine `{spec.family}`" for spec in ENGINE_SPECS}
-    what = {SchedulingSettings: "Scheduling", **families}.get(cls, "The service")
+    titles: dict[type, str] = {SchedulingSettings: "Scheduling"}
+    titles.update((spec.settings, f"Engine `{spec.family}`") for spec in ENGINE_SPECS)
+    what = titles.get(cls, "The service")
     return f"## {what}: `{cls.__module__}.{cls.__qualname__}`"
 
 
