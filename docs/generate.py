@@ -154,8 +154,16 @@ def _declaring_classes(settings: type[BaseSettings]) -> Iterator[tuple[type, lis
 
 
 def _section_title(cls: type) -> str:
-    families = {spec.settings: spec.family for spec in ENGINE_SPECS}
-    what = f"Engine `{families[cls]}`" if cls in families else "The service"
+    """Named by the engine families whose settings compose `cls` (one, or several that share a variable), else the
+    service's."""
+    families = [f"`{spec.family}`" for spec in ENGINE_SPECS if issubclass(spec.settings, cls)]
+    what = (
+        "The service"
+        if not families
+        else f"Engine {families[0]}"
+        if len(families) == 1
+        else "Engines " + " and ".join(families)
+    )
     return f"## {what}: `{cls.__module__}.{cls.__qualname__}`"
 
 
