@@ -23,6 +23,8 @@ from text.languages import resolve_language
 from voicebank.registry import Registration, VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models run fastest on one thread
+
 MAX_LEN = 16  # audio patches per generation: the random model never stops by itself
 PIECE = 7680  # samples per streamed piece: 160 ms at 48 kHz
 
