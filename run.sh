@@ -5,7 +5,7 @@
 #                     failure); the PyTorch backend's requirements too on GPU hosts (see serving_requirements)
 #   ./run.sh test     set up the test environment (.venv-test: serving, PyTorch and MLX engines, test tools), then
 #                     run the checks below, then the whole test suite, its test files shared out among parallel
-#                     workers (pytest-xdist, one more than the CPUs; see test_workers); extra arguments go to pytest:
+#                     workers (pytest-xdist, one per CPU; see test_workers); extra arguments go to pytest:
 #                     `./run.sh test -m "unit or http"` runs the in-process tiers alone, `-n 0` runs serially
 #   ./run.sh check    set up the test environment (as `test` does, without the model), then only the lint, format
 #                     and type checks (ruff check, ruff format --check, mypy): the quick loop before a commit
@@ -115,10 +115,10 @@ checks() {  # lint, format and type checks (configured in pyproject.toml): `chec
   say "lint, format and type checks passed in $(($(date +%s) - started))s"
 }
 
-# Test files run in parallel, each file whole on one worker (its module fixtures, a server or an app, start once). Most
-# of an end-to-end test's time is spent waiting on a server process, so one worker more than the CPUs keeps them busy.
+# Test files run in parallel, each file whole on one worker (its module fixtures, a server or an app, start once), one
+# worker per CPU: more oversubscribes the cores, which the inference-bound and timing tests pay for.
 test_workers() {
-  echo $(($(nproc 2>/dev/null || echo 1) + 1))
+  nproc 2>/dev/null || echo 1
 }
 
 # The PyTorch engines (requirements-torch.txt) are installed where they will run: when asked for explicitly, or on a

@@ -4,6 +4,7 @@ the tier markers each test gets from its folder."""
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,15 @@ from tests.support.tiny_kokoro import TINY_KOKORO_VOICES
 
 TIERS = ("unit", "http", "e2e")
 """The folders under tests/ that are tiers, each a marker of the same name (registered in pyproject.toml)."""
+
+
+def pytest_configure() -> None:
+    """Parallel workers share the cores: each one's PyTorch (and every server process it starts) gets its share of
+    threads, as a tiny model runs fastest without threads spinning for a core another worker holds. A variable set
+    already wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
