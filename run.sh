@@ -116,7 +116,9 @@ checks() {  # lint, format and type checks (configured in pyproject.toml): `chec
 }
 
 # Test files run in parallel, each file whole on one worker (its module fixtures, a server or an app, start once), one
-# worker per CPU: more oversubscribes the cores, which the inference-bound and timing tests pay for.
+# worker per CPU: more oversubscribes the cores, which the inference-bound and timing tests pay for. Files are handed
+# out in collection order (--no-loadscope-reorder), the end-to-end ones first: few tests each but the longest files,
+# so they do not all land at the end (xdist would otherwise hand out the files with the most tests first).
 test_workers() {
   nproc 2>/dev/null || echo 1
 }
@@ -141,7 +143,7 @@ case "${1:-serve}" in
   serve) setup "$(serving_requirements)" || exit $?; serve ;;
   test)
     shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; checks || exit 1
-    exec "$VENV/bin/python" -m pytest -n "$(test_workers)" --dist loadfile "$@" ;;
+    exec "$VENV/bin/python" -m pytest -n "$(test_workers)" --dist loadfile --no-loadscope-reorder "$@" ;;
   check) VENV=$TEST_VENV; environment requirements-dev.txt || exit $?; checks ;;
   setup) setup "$(serving_requirements)" ;;
   *) say "usage: ./run.sh [serve|test [pytest args]|check|setup]"; exit 2 ;;
