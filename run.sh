@@ -6,9 +6,10 @@
 #   ./run.sh test     set up the test environment (.venv-test: serving, PyTorch and MLX engines, test tools), then
 #                     run the checks below, then the whole test suite, its test files shared out among parallel
 #                     workers (pytest-xdist, one per CPU; see test_workers); extra arguments go to pytest:
-#                     `./run.sh test -m "unit or http"` runs the in-process tiers alone, `-n 0` runs serially
+#                     `-m "unit or http"` runs the in-process tiers alone, `-m "(unit or http) and not slow"` the
+#                     quick loop (docs/testing.md), `-n 0` runs serially
 #   ./run.sh check    set up the test environment (as `test` does, without the model), then only the lint, format
-#                     and type checks (ruff check, ruff format --check, mypy): the quick loop before a commit
+#                     and type checks (ruff check, ruff format --check, mypy), as the pre-commit hooks do
 #   ./run.sh setup    set up the serving environment only
 #
 # Serving restarts the server after a non-zero exit, with a backoff of 1 s doubling to 60 s (reset once a run
