@@ -4,7 +4,12 @@
 #   ./run.sh          set up the serving environment (.venv) and the default model, then serve (restarting on
 #                     failure); the PyTorch backend's requirements too on GPU hosts (see serving_requirements)
 #   ./run.sh test     set up the test environment (.venv-test: serving, PyTorch and MLX engines, test tools), then
-#                     run ruff (lint and format) and mypy, then the whole test suite (extra arguments go to pytest)
+#                     run the checks below, then the whole test suite, its test files shared out among parallel
+#                     workers (pytest-xdist, one per CPU; see test_workers); extra arguments go to pytest:
+#                     `-m "unit or http"` runs the in-process tiers alone, `-m "(unit or http) and not slow"` the
+#                     quick loop (docs/testing.md), `-n 0` runs serially
+#   ./run.sh check    set up the test environment (as `test` does, without the model), then only the lint, format
+#                     and type checks (ruff check, ruff format --check, mypy), as the pre-commit hooks do
 #   ./run.sh setup    set up the serving environment only
 #
 # Serving restarts the server after a non-zero exit, with a backoff of 1 s doubling to 60 s (reset once a run
@@ -45,7 +50,7 @@ install() {  # install a requirements file (plus pip options) into the venv unle
   echo "$sum" >"$stamp"
 }
 
-setup() {
+environment() {  # the venv with a requirements tier installed
   if [ ! -x "$VENV/bin/python" ]; then
     say "creating virtual environment $VENV"
     "$PYTHON" -m venv "$VENV" || return 1
@@ -54,6 +59,10 @@ setup() {
   if [ "$1" = requirements-torch.txt ] || [ "$1" = requirements-dev.txt ]; then  # voxcpm, without its declared dependencies
     install requirements-nodeps.txt --no-deps || { say "pip install --no-deps -r requirements-nodeps.txt failed"; return 1; }
   fi
+}
+
+setup() {  # the environment, a valid configuration and the default model
+  environment "$1" || return $?
   # Invalid settings exit 2: `python -m settings` printed which, and that is all there is to say.
   "$VENV/bin/python" -m settings || return $?
   # Exit 2 is a setting models.assemble reads itself (where the model goes), named by it already.
@@ -99,12 +108,20 @@ serve() {
   exit 0
 }
 
-checks() {  # lint, format and type checks (configured in pyproject.toml), before the test suite
+checks() {  # lint, format and type checks (configured in pyproject.toml): `check` alone, and before the test suite
   local started=$(date +%s)
   "$VENV/bin/ruff" check . || { say "ruff check failed"; return 1; }
   "$VENV/bin/ruff" format --check . || { say "ruff format --check failed (run: $VENV/bin/ruff format .)"; return 1; }
   "$VENV/bin/mypy" || { say "mypy failed"; return 1; }
   say "lint, format and type checks passed in $(($(date +%s) - started))s"
+}
+
+# Test files run in parallel, each file whole on one worker (its module fixtures, a server or an app, start once), one
+# worker per CPU: more oversubscribes the cores, which the inference-bound and timing tests pay for. Files are handed
+# out in collection order (--no-loadscope-reorder), the end-to-end ones first: few tests each but the longest files,
+# so they do not all land at the end (xdist would otherwise hand out the files with the most tests first).
+test_workers() {
+  nproc 2>/dev/null || echo 1
 }
 
 # The PyTorch engines (requirements-torch.txt) are installed where they will run: when asked for explicitly, or on a
@@ -125,7 +142,10 @@ serving_requirements() {
 
 case "${1:-serve}" in
   serve) setup "$(serving_requirements)" || exit $?; serve ;;
-  test) shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; checks || exit 1; exec "$VENV/bin/python" -m pytest "$@" ;;
+  test)
+    shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; checks || exit 1
+    exec "$VENV/bin/python" -m pytest -n "$(test_workers)" --dist loadfile --no-loadscope-reorder "$@" ;;
+  check) VENV=$TEST_VENV; environment requirements-dev.txt || exit $?; checks ;;
   setup) setup "$(serving_requirements)" ;;
-  *) say "usage: ./run.sh [serve|test [pytest args]|setup]"; exit 2 ;;
+  *) say "usage: ./run.sh [serve|test [pytest args]|check|setup]"; exit 2 ;;
 esac

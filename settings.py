@@ -298,9 +298,7 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        # Two fields reading one variable (an old name kept for another field) report its error once.
-        problems = dict.fromkeys(_problem(error) for error in exc.errors())
-        raise SettingsError("invalid configuration: " + "; ".join(problems)) from exc
+        raise SettingsError("invalid configuration: " + "; ".join(_problem(error) for error in exc.errors())) from exc
     except SourceError as exc:  # a variable pydantic-settings could not read at all; its message names the field
         raise SettingsError(f"invalid configuration: {exc}") from exc
 

@@ -155,9 +155,18 @@ def _declaring_classes(settings: type[BaseSettings]) -> Iterator[tuple[type, lis
 
 
 def _section_title(cls: type) -> str:
-    titles: dict[type, str] = {SchedulingSettings: "Scheduling"}
-    titles.update((spec.settings, f"Engine `{spec.family}`") for spec in ENGINE_SPECS)
-    what = titles.get(cls, "The service")
+    """Named by the engine families whose settings compose `cls` (one, or several that share a variable), else the
+    scheduling's or the service's."""
+    families = [f"`{spec.family}`" for spec in ENGINE_SPECS if issubclass(spec.settings, cls)]
+    what = (
+        "Scheduling"
+        if cls is SchedulingSettings
+        else "The service"
+        if not families
+        else f"Engine {families[0]}"
+        if len(families) == 1
+        else "Engines " + " and ".join(families)
+    )
     return f"## {what}: `{cls.__module__}.{cls.__qualname__}`"
 
 

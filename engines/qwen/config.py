@@ -7,7 +7,8 @@ import logging
 
 from pydantic import Field, field_validator
 
-from engines.base import EngineParams, EngineSettings, Param
+from engines.base import EngineParams, Param
+from engines.voxcpm.config import VoxCPMReferenceSettings
 from errors import InvalidInput
 
 log = logging.getLogger("polytts.engines.qwen")
@@ -73,8 +74,9 @@ def check_frame_bound(params: dict[str, Param], bound: int) -> None:
         )
 
 
-class QwenSettings(EngineSettings):
-    """Qwen3-TTS's node settings: weights, the bounds of one generation and of its reference clip."""
+class QwenSettings(VoxCPMReferenceSettings):
+    """Qwen3-TTS's node settings: weights, the bounds of one generation and of its reference clip (and, deprecated,
+    VoxCPM's bound on reference clips, which Qwen3-TTS read before it had its own)."""
 
     qwen_model: str = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
     """PyTorch runtimes (CUDA, MPS, CPU): Qwen3-TTS weights, a hub id (fetched into the hub cache when online) or a
@@ -95,26 +97,22 @@ class QwenSettings(EngineSettings):
     Unset: 15, or POLYTTS_VOXCPM_MAX_REF_SECONDS where that is set (what Qwen3-TTS read before; deprecated, read
     for this release only, with a warning in the log)."""
 
-    qwen_deprecated_max_ref_seconds: float | None = Field(
-        None, gt=0, le=120, validation_alias="polytts_voxcpm_max_ref_seconds"
-    )
-    """POLYTTS_VOXCPM_MAX_REF_SECONDS as Qwen3-TTS reads it while POLYTTS_QWEN_MAX_REF_SECONDS is unset (this
-    release only)."""
-
     mlx_qwen_model: str = "mlx-community/Qwen3-TTS-12Hz-1.7B-Base-8bit"
     """MLX runtime: Qwen3-TTS weights (hub id or local folder)."""
 
     def max_ref_seconds(self) -> float:
-        """POLYTTS_QWEN_MAX_REF_SECONDS; unset, the deprecated POLYTTS_VOXCPM_MAX_REF_SECONDS (with a warning in the
-        log), else DEFAULT_MAX_REF_SECONDS."""
+        """POLYTTS_QWEN_MAX_REF_SECONDS; unset, POLYTTS_VOXCPM_MAX_REF_SECONDS where it is set to other than its
+        default (deprecated: with a warning in the log), else DEFAULT_MAX_REF_SECONDS."""
         if self.qwen_max_ref_seconds is not None:
             return self.qwen_max_ref_seconds
-        if self.qwen_deprecated_max_ref_seconds is not None:
+        # The family's share of the settings carries values, not which of them were set: VoxCPM's bound at its
+        # default counts as unset.
+        if self.voxcpm_max_ref_seconds != VoxCPMReferenceSettings.model_fields["voxcpm_max_ref_seconds"].default:
             log.warning(
                 "Qwen3-TTS trims reference clips to POLYTTS_VOXCPM_MAX_REF_SECONDS (%gs) because "
                 "POLYTTS_QWEN_MAX_REF_SECONDS is unset; that use of the VoxCPM variable is deprecated and ends with "
                 "the next release: set POLYTTS_QWEN_MAX_REF_SECONDS",
-                self.qwen_deprecated_max_ref_seconds,
+                self.voxcpm_max_ref_seconds,
             )
-            return self.qwen_deprecated_max_ref_seconds
+            return self.voxcpm_max_ref_seconds
         return DEFAULT_MAX_REF_SECONDS

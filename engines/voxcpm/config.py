@@ -28,7 +28,18 @@ class VoxCPMParams(EngineParams):
     )
 
 
-class VoxCPMSettings(EngineSettings):
+class VoxCPMReferenceSettings(EngineSettings):
+    """The bound on VoxCPM's reference clips, a class of its own because Qwen3-TTS reads the same variable where
+    POLYTTS_QWEN_MAX_REF_SECONDS is unset (deprecated, this release only): one variable, one field, one type and
+    default, composed into both families' settings."""
+
+    voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
+    """VoxCPM's reference and prompt clips are trimmed to this many seconds before they are encoded. (Qwen3-TTS
+    reads it too where POLYTTS_QWEN_MAX_REF_SECONDS is unset, for this release only, and logs that it is
+    deprecated.)"""
+
+
+class VoxCPMSettings(VoxCPMReferenceSettings):
     """VoxCPM's node settings: weights, denoiser and the bounds of one generation."""
 
     voxcpm_model: str = "openbmb/VoxCPM2"
@@ -44,11 +55,6 @@ class VoxCPMSettings(EngineSettings):
 
     voxcpm_max_sentences: int = Field(3, ge=0)
     """Cap on the sentences of one VoxCPM generation; 0 is unlimited."""
-
-    voxcpm_max_ref_seconds: float = Field(15.0, gt=0, le=120)
-    """VoxCPM's reference and prompt clips are trimmed to this many seconds before they are encoded. (Qwen3-TTS
-    reads it too where POLYTTS_QWEN_MAX_REF_SECONDS is unset, for this release only, and logs that it is
-    deprecated.)"""
 
     voxcpm_max_len: int = Field(2000, ge=4, le=20_000)
     """Bound on the audio tokens of one VoxCPM generation (the model stops earlier when it is done)."""

@@ -95,6 +95,7 @@ def test_mp3_at_its_rate_and_bit_rate(client: TestClient, seconds: float) -> Non
     assert decoded / 44100 == pytest.approx(seconds, abs=0.1)
 
 
+@pytest.mark.slow
 def test_speed_and_ignored_fields(client: TestClient, seconds: float) -> None:
     fast = body(generation_config={"speed": 1.5, "volume": 1.2, "emotion": "calm"}, pronunciation_dict_id="d1")
     response = client.post(f"{BASE}/bytes", json=fast, headers=KEY)
@@ -189,6 +190,7 @@ def audio_of(events: list[dict[str, Any]], context: str) -> bytes:
     return b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "chunk" and e["context_id"] == context)
 
 
+@pytest.mark.slow
 def test_a_context_streams_with_continue_then_done(client: TestClient) -> None:
     with client.websocket_connect(socket_url()) as ws:
         for token in ("Hello ", "there, ", "how ", "are ", "you?"):
@@ -203,6 +205,7 @@ def test_a_context_streams_with_continue_then_done(client: TestClient) -> None:
     assert max(t for s in stamps for t in s["end"]) <= samples.size / 16000 + 0.01
 
 
+@pytest.mark.slow
 def test_flushes_are_answered_after_their_audio(client: TestClient) -> None:
     with client.websocket_connect(socket_url()) as ws:
         ws.send_json(message("f", "The first part is here", **{"continue": True}))
@@ -227,6 +230,7 @@ def test_flushes_are_answered_after_their_audio(client: TestClient) -> None:
     assert len(audio_of(rest, "f")) / 2 / 16000 > 0.6
 
 
+@pytest.mark.slow
 def test_contexts_share_a_socket_and_cancel_stops_one(client: TestClient, app: InProcessApp) -> None:
     long = "This is a long answer that the listener interrupts before it is over. " * 6
     with client.websocket_connect(socket_url()) as ws:
@@ -248,6 +252,7 @@ def test_contexts_share_a_socket_and_cancel_stops_one(client: TestClient, app: I
     assert "cartesia/tts/websocket outcome=cancelled" in app.log()
 
 
+@pytest.mark.slow
 def test_socket_errors_name_their_context_and_the_socket_serves_on(client: TestClient) -> None:
     with client.websocket_connect(socket_url()) as ws:
         ws.send_text("{not json")

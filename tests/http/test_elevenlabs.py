@@ -106,6 +106,7 @@ def check_alignment(found: dict[str, Any], seconds: float) -> None:
     assert 0 <= starts[0] and ends[-1] <= seconds + 0.01
 
 
+@pytest.mark.slow
 def test_with_timestamps_aligns_every_character(client: TestClient) -> None:
     response = client.post(f"{SAY}/with-timestamps?output_format=pcm_16000", json={"text": SENTENCE}, headers=KEY)
     assert response.status_code == 200, response.text
@@ -117,6 +118,7 @@ def test_with_timestamps_aligns_every_character(client: TestClient) -> None:
     assert body["alignment"]["character_end_times_seconds"][-1] > seconds - 0.5  # the last word ends near the end
 
 
+@pytest.mark.slow
 def test_stream_with_timestamps_sends_each_chunk_with_its_characters(client: TestClient) -> None:
     text = f"{SENTENCE} I am fine, thank you. This is a longer second sentence that makes its own chunk of audio."
     response = client.post(f"{SAY}/stream/with-timestamps?output_format=pcm_24000", json={"text": text}, headers=KEY)
@@ -130,6 +132,7 @@ def test_stream_with_timestamps_sends_each_chunk_with_its_characters(client: Tes
     check_alignment(merged, len(audio) / 2 / 24000)
 
 
+@pytest.mark.slow
 def test_bad_input_answers_in_elevenlabs_shape(client: TestClient) -> None:
     cases = [
         (f"{BASE}/text-to-speech/nobody", {"text": "Hi."}, 404, "voice_not_found"),
@@ -181,6 +184,7 @@ def audio_of(messages: list[dict[str, Any]], context: str | None = None) -> byte
     return b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio") and m.get("contextId") == context)
 
 
+@pytest.mark.slow
 def test_stream_input_speaks_until_the_empty_text(client: TestClient) -> None:
     with client.websocket_connect(f"{SAY}/stream-input?output_format=pcm_16000", headers=KEY) as ws:
         ws.send_json(
@@ -200,6 +204,7 @@ def test_stream_input_speaks_until_the_empty_text(client: TestClient) -> None:
     assert spans == pytest.approx(samples.size / 16, abs=50)  # each message's span adds up to the audio
 
 
+@pytest.mark.slow
 def test_multi_stream_contexts_each_end_with_is_final(client: TestClient) -> None:
     url = f"{SAY}/multi-stream-input?output_format=pcm_24000&inactivity_timeout=30"
     with client.websocket_connect(url, headers=KEY) as ws:
@@ -221,6 +226,7 @@ def test_multi_stream_contexts_each_end_with_is_final(client: TestClient) -> Non
     assert reused["error"] == "context_closed" and reused["contextId"] == "a"
 
 
+@pytest.mark.slow
 def test_closing_an_unflushed_context_stops_it_at_once(client: TestClient, app: InProcessApp) -> None:
     long = "This is a long answer that the listener interrupts before it is over. " * 6
     with client.websocket_connect(f"{SAY}/multi-stream-input?output_format=pcm_16000", headers=KEY) as ws:
@@ -275,6 +281,7 @@ def patient(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> 
         yield running
 
 
+@pytest.mark.slow
 def test_a_small_chunk_length_schedule_starts_the_audio_after_fewer_characters(patient: InProcessApp) -> None:
     # ElevenLabs' default schedule asks what the node does anyway: a first phrase of 60, cut at 120 at the most.
     assert GenerationConfig(chunk_length_schedule=[120, 160, 250, 290]).phrase_chars() == (60, 290)
@@ -305,6 +312,7 @@ def test_a_small_chunk_length_schedule_starts_the_audio_after_fewer_characters(p
     assert refused["contextId"] == "bad"
 
 
+@pytest.mark.slow
 def test_auto_mode_speaks_each_message_as_its_own_phrase(patient: InProcessApp) -> None:
     """Pipecat's sentences come without a trailing space and without a flush until the turn ends, LiveKit's each
     with a flush and then an empty flush: each is spoken at once, and no word runs into the next message's first; a

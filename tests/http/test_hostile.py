@@ -54,6 +54,7 @@ def pack_folder(root: Path, name: str, meta: object, data: bytes) -> None:
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_damaged_voices_folder_never_stops_the_server(tmp_path: Path, assembled_model: Path) -> None:
     from engines.kokoro.voicepacks import pack_id
 
@@ -117,6 +118,7 @@ CACHE_DAMAGE = {
 }
 
 
+@pytest.mark.slow
 def test_a_damaged_cache_entry_is_a_miss_and_the_audio_is_right(client: TestClient, app: InProcessApp) -> None:
     body = {"text": "The cache is checked.", "language": "en"}
     first = client.post("/tts/stream", json=body)
@@ -189,6 +191,7 @@ def test_an_id_with_a_trailing_newline_is_not_that_voice(client: TestClient, app
     no_tracebacks(app)
 
 
+@pytest.mark.slow
 def test_a_pack_damaged_under_the_running_server_answers_its_own_error(client: TestClient, app: InProcessApp) -> None:
     voice_id = register_pack(client, 6)
     (app.tmp / "voices" / voice_id / "voice_pack.npy").write_bytes(npy(pack_values(7)))  # another pack's values
@@ -230,6 +233,7 @@ def test_a_script_an_english_voice_cannot_read_is_refused_when_nothing_else_is_l
     assert script in reply.json()["message"]
 
 
+@pytest.mark.slow
 def test_a_script_an_english_voice_cannot_read_is_skipped_beside_english(client: TestClient) -> None:
     mixed = client.post("/tts", json={"text": "Peace is " + "שלום " * 40 + "in Hebrew.", "voice": "af_heart"})
     assert mixed.status_code == 200, mixed.text
@@ -240,6 +244,7 @@ def test_a_script_an_english_voice_cannot_read_is_skipped_beside_english(client:
     assert alone.headers["x-cache"] == "hit" and alone.content == mixed.content
 
 
+@pytest.mark.slow
 def test_each_step_speaks_at_most_one_chunk_cap_of_spoken_characters(
     client: TestClient, app: InProcessApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,6 +266,7 @@ def test_each_step_speaks_at_most_one_chunk_cap_of_spoken_characters(
 # --- a full disk ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_full_disk_answers_507_and_leaves_nothing(tmp_path: Path, small_disk: Path, assembled_model: Path) -> None:
     with InProcessApp(tmp_path, POLYTTS_VOICES_DIR=str(small_disk / "voices")) as server:
         client = server.client

@@ -141,6 +141,7 @@ def test_text_limits_are_what_the_service_enforces(schema: dict[str, Any]) -> No
     assert models["SpeechRequest"]["properties"]["input"]["maxLength"] == MAX_TEXT_CHARS
 
 
+@pytest.mark.slow
 def test_answers_are_the_documented_ones(client: TestClient, schema: dict[str, Any]) -> None:
     def check(method: str, path: str, status: int, url: str | None = None, **kwargs: Any) -> httpx2.Response:
         response = client.request(method, url or path, **kwargs)

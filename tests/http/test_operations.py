@@ -14,6 +14,7 @@ from tests.support.apps import InProcessApp
 SHORT = "Quick answer."
 
 
+@pytest.mark.slow
 def test_timings_and_metrics(client: TestClient) -> None:
     response = client.post("/tts", json={"text": "Timed request.", "language": "en"})
     timing = response.headers["server-timing"]
@@ -57,6 +58,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> It
 
 
 @pytest.mark.parametrize("route", ["/tts", "/voices"])
+@pytest.mark.slow
 def test_api_keys(keyed: InProcessApp, route: str) -> None:
     client = keyed.client
     call = (

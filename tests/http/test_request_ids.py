@@ -52,6 +52,7 @@ def test_a_clients_id_is_kept_when_usable(client: TestClient, given: str, kept: 
     assert answered == given if kept else GENERATED.match(answered)
 
 
+@pytest.mark.slow
 def test_a_speech_requests_line_carries_its_id(app: InProcessApp) -> None:
     logged = len(app.log())
     body = {"model": "tts-1", "input": "Tracing one request.", "voice": "alloy", "response_format": "pcm"}

@@ -18,6 +18,7 @@ from tests.support.voices import clone_form
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
+@pytest.mark.slow
 def test_tts_returns_speech_whose_duration_fits_the_text(client: TestClient) -> None:
     response = client.post("/tts", json={"text": SENTENCE, "language": "en"})
     assert response.status_code == 200, response.text
@@ -30,6 +31,7 @@ def test_tts_returns_speech_whose_duration_fits_the_text(client: TestClient) -> 
     assert_speech_like(samples, rate)
 
 
+@pytest.mark.slow
 def test_repeat_is_a_cache_hit(client: TestClient) -> None:
     body = {"text": "Caching makes a repeat instant.", "language": "English", "speed": 1.1}
     first = client.post("/tts", json=body)
@@ -105,6 +107,7 @@ def test_refused_requests_are_logged_and_counted(client: TestClient, app: InProc
     assert "tts outcome=voice_not_found engine=-" in log and "tts/stream outcome=invalid_input" in log
 
 
+@pytest.mark.slow
 def test_an_openai_voice_object_is_looked_up_as_its_name_is(client: TestClient) -> None:
     body = {"model": "tts-1", "input": "Hi there.", "response_format": "pcm"}
     named = client.post("/v1/audio/speech", json={**body, "voice": "alloy"})
@@ -160,6 +163,7 @@ def test_voice_of_an_engine_this_node_lacks_is_a_422(client: TestClient) -> None
         assert "qwen" in response.json()["message"]
 
 
+@pytest.mark.slow
 def test_health_ready_and_unload(client: TestClient) -> None:
     health = client.get("/health").json()
     assert health["status"] == "ready"
@@ -185,6 +189,7 @@ def test_health_ready_and_unload(client: TestClient) -> None:
 # --- word timings ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tts_with_timestamps_returns_audio_and_every_word(client: TestClient) -> None:
     text = "Dr. Smith paid $3.50 for two coffees, then left."
     answer = client.post("/tts", json={"text": text, "timestamps": True, "format": "wav"})
@@ -201,6 +206,7 @@ def test_tts_with_timestamps_returns_audio_and_every_word(client: TestClient) ->
 @pytest.mark.parametrize(
     ("fmt", "media", "first_line"), [("vtt", "text/vtt", "WEBVTT"), ("srt", "application/x-subrip", "1")]
 )
+@pytest.mark.slow
 def test_tts_captions(client: TestClient, fmt: str, media: str, first_line: str) -> None:
     answer = client.post("/tts", json={"text": "Captions follow the words. They come in cues.", "format": fmt})
     assert answer.status_code == 200 and answer.headers["content-type"].startswith(media)

@@ -24,6 +24,7 @@ PHRASES = {
 }
 
 
+@pytest.mark.slow
 def test_every_listed_voice_speaks_in_its_language(client: TestClient) -> None:
     """Each listed voice's language has its G2P here (the plan refuses one that lacks it before any audio), and a
     voice of each language speaks through /tts; every stock voice's audio is checked in-process (test_kokoro.py)."""

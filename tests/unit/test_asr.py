@@ -91,6 +91,7 @@ def transcriber() -> asr.Transcriber:
     return asr.Transcriber()
 
 
+@pytest.mark.slow
 def test_whisper_hears_kokoro_and_finds_a_break_the_joiner_removes(
     assembled_model: Path, transcriber: asr.Transcriber
 ) -> None:

@@ -71,6 +71,7 @@ def test_the_graph_gains_a_durations_output_and_nothing_else(assembled_model: Pa
     assert list(assembled.graph.initializer) == list(original.graph.initializer)
 
 
+@pytest.mark.slow
 def test_audio_is_bit_identical_and_durations_account_for_every_sample(assembled_model: Path) -> None:
     """The published graph and the assembled one on several inputs: lengths, voices, speeds."""
     options = ort.SessionOptions()

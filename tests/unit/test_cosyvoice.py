@@ -126,6 +126,7 @@ def test_only_what_inference_reads_of_the_configuration_is_built(engine: CosyVoi
         assert training not in sys.modules
 
 
+@pytest.mark.slow
 def test_zero_shot_with_and_without_a_transcript(
     engine: CosyVoiceEngine, registry: VoiceRegistry, calls: LlmCalls
 ) -> None:
@@ -201,6 +202,7 @@ def test_a_generation_is_cut_at_the_nodes_bound(
         bounded.unload()
 
 
+@pytest.mark.slow
 def test_the_stream_follows_upstreams_schedule(engine: CosyVoiceEngine, registry: VoiceRegistry) -> None:
     """The chunks the engine decodes are those of upstream's `CosyVoice2Model.tts(stream=True)` for the same speech
     tokens (its voice-conversion path, which streams given tokens on the same schedule), with a prompt that needs

@@ -46,6 +46,7 @@ def test_this_host_uses_espeak_for_english() -> None:
         ("ja", "東京", "toːkʲoː"),  # kanji from the dictionary inside pyopenjtalk-plus's wheel, never downloaded
     ],
 )
+@pytest.mark.slow
 def test_phonemes_per_language(language: str, text: str, expected: str) -> None:
     phonemes = G2P("espeak").phonemize(text, resolve_language(language))
     assert expected in phonemes, phonemes

@@ -71,6 +71,7 @@ def test_english_speech_at_24khz(engine: KokoroEngine) -> None:
     assert 0.05 < np.abs(audio).max() <= 1.0
 
 
+@pytest.mark.slow
 def test_speed_changes_duration(engine: KokoroEngine) -> None:
     text = "Speed changes how long this takes."
     slow = speak(engine, text, SynthesisOptions(language=ENGLISH.language, params={"speed": 0.8}))
@@ -88,6 +89,7 @@ def test_phonemes_over_the_model_limit_are_windowed_at_spaces(engine: KokoroEngi
     assert sum(map(len, windows)) == len([p for p in phonemes if p in vocab])
 
 
+@pytest.mark.slow
 def test_other_espeak_languages_speak(engine: KokoroEngine) -> None:
     for code, text in (("es", "Hola, buenos días."), ("fr", "Bonjour à tous."), ("en-gb", "Good afternoon.")):
         audio = speak(engine, text, SynthesisOptions(language=resolve_language(code)))
@@ -104,6 +106,7 @@ def test_voice_errors(engine: KokoroEngine, tmp_path: Path) -> None:
     assert err.value.code == "wrong_engine"
 
 
+@pytest.mark.slow
 def test_unload_and_reload(assembled_model: Path) -> None:
     kokoro = onnx_engine(assembled_model)
     kokoro.load()
@@ -174,6 +177,7 @@ PHRASES = {
 }
 
 
+@pytest.mark.slow
 def test_every_stock_voice_speaks(engine: KokoroEngine) -> None:
     """Each of the 54 stock voices, on the real int8 model, in its own language: the default install (requirements.txt)
     has every stock language's G2P, Japanese and Chinese included."""
@@ -188,6 +192,7 @@ def test_every_stock_voice_speaks(engine: KokoroEngine) -> None:
     assert len(spoken) == 54
 
 
+@pytest.mark.slow
 def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None:
     handle = engine.prepare_voice(BuiltinVoice("af_heart", "en-us", "kokoro"))
     raw = "It cost $1,234.56 on 2024-03-03."
@@ -212,6 +217,7 @@ def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None
     assert not np.array_equal(audio(raw), audio(spoken))
 
 
+@pytest.mark.slow
 def test_inference_returns_each_tokens_frames(engine: KokoroEngine) -> None:
     backend = engine.backend
     assert backend is not None
@@ -231,6 +237,7 @@ def blend(*voices: BuiltinVoice | VoiceEntry) -> BlendVoice:
     return BlendVoice(canonical_blend(parts), "kokoro", tuple((v, 1 / len(voices)) for v in voices))
 
 
+@pytest.mark.slow
 def test_packs_in_memory_are_bounded_and_one_pushed_out_speaks_again(assembled_model: Path, tmp_path: Path) -> None:
     """Every distinct blend is a pack of its own (0.52 MB): POLYTTS_KOKORO_MAX_PACKS_MEM bounds how many stay, and a
     blend pushed out, a registered pack among its parts, is mixed again, the same, when it is next asked for."""

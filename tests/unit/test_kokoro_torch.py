@@ -47,6 +47,7 @@ def test_loads_through_kmodel_and_lists_its_packs(engine: KokoroEngine, tiny_kok
     assert {v.language for v in engine.builtin_voices() if v.name in TINY_KOKORO_VOICES} == {"en-us", "en-gb"}
 
 
+@pytest.mark.slow
 def test_chunked_streaming_yields_audio_per_chunk(engine: KokoroEngine) -> None:
     handle = engine.prepare_voice(BuiltinVoice("af_tiny", "en-us", "kokoro"))
     assert handle.shape == (510, 1, 256)
@@ -57,6 +58,7 @@ def test_chunked_streaming_yields_audio_per_chunk(engine: KokoroEngine) -> None:
     assert all(np.isfinite(p).all() for p in pieces)
 
 
+@pytest.mark.slow
 def test_inference_returns_kmodels_predicted_durations(engine: KokoroEngine) -> None:
     backend = engine.backend
     assert backend is not None
@@ -88,6 +90,7 @@ def test_unknown_pack(engine: KokoroEngine) -> None:
     assert err.value.code == "voice_not_found"
 
 
+@pytest.mark.slow
 def test_unload_drops_the_model_and_reload_works(tiny_kokoro: Path) -> None:
     kokoro = torch_engine(str(tiny_kokoro))
     kokoro.load()
@@ -116,6 +119,7 @@ def test_a_folder_without_weights_is_named(tmp_path: Path) -> None:
         torch_engine(str(tmp_path / "empty")).load()
 
 
+@pytest.mark.slow
 async def test_the_manager_reports_the_footprint_measured_after_load(tiny_kokoro: Path, tmp_path: Path) -> None:
     settings = load_settings(kokoro_backend="torch", kokoro_model=str(tiny_kokoro), runtime="cpu", cache_dir=tmp_path)
     gpu = GpuThread()

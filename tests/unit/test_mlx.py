@@ -133,6 +133,7 @@ def test_memory_is_reported_and_cleared(gpu: GpuThread, qwen: MlxQwenEngine) -> 
     assert memory["cache"] == 0 and memory["peak"] > 0
 
 
+@pytest.mark.slow
 def test_voxcpm_on_mlx_streams_per_generation(
     gpu: GpuThread, tiny_mlx_models: dict[str, Path], registry: VoiceRegistry
 ) -> None:
@@ -157,6 +158,7 @@ def test_voxcpm_on_mlx_streams_per_generation(
         on(gpu, engine.unload)
 
 
+@pytest.mark.slow
 def test_kokoro_on_mlx_keeps_packs_and_blends(gpu: GpuThread, tiny_mlx_models: dict[str, Path]) -> None:
     engine = KokoroEngine(
         backend="auto",

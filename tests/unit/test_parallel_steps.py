@@ -48,6 +48,7 @@ def speak(engine: KokoroEngine, text: str) -> np.ndarray:
     return np.concatenate(list(engine.stream(text, handle, ENGLISH)))
 
 
+@pytest.mark.slow
 def test_a_short_inference_started_beside_a_long_one_ends_first_with_the_audio_it_makes_alone(
     engine: KokoroEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

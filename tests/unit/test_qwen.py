@@ -83,6 +83,7 @@ def test_every_weight_loads_through_the_package(engine: QwenEngine, tiny_qwen_to
     assert described["memory"] == {"weights_bytes": engine.footprint} and engine.footprint > 1_000_000
 
 
+@pytest.mark.slow
 def test_in_context_and_xvector_voices_stream_every_quarter_second(engine: QwenEngine, registry: VoiceRegistry) -> None:
     icl = register(registry, "qwen", audio=wav_clip(2.0, 180), ref_text="a short reference")
     xvec = register(registry, "qwen", audio=wav_clip(2.0, 190), ref_text="", x_vector_only_mode=True)
@@ -113,6 +114,7 @@ def test_pieces_arrive_while_the_generation_runs_and_closing_stops_it(
     assert not [t for t in threading.enumerate() if t.name == "polytts-qwen-generate"]
 
 
+@pytest.mark.slow
 def test_streamed_audio_is_the_packages_own_generation(engine: QwenEngine, registry: VoiceRegistry) -> None:
     """Same seed, same codes as the package's public generate_voice_clone; the first piece decodes (with the
     reference as left context) to what the package's whole-utterance decode gives for it."""
@@ -167,6 +169,7 @@ def test_sampling_parameters_and_languages(engine: QwenEngine, registry: VoiceRe
         engine.check_language(resolve_language(code))
 
 
+@pytest.mark.slow
 def test_prepared_voices_are_bounded_in_memory_and_reused_after_a_restart(
     engine: QwenEngine, registry: VoiceRegistry, tiny_qwen_torch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,6 +257,7 @@ def test_a_bad_voxcpm_reference_length_is_named_once(monkeypatch: pytest.MonkeyP
     assert str(err.value).count("POLYTTS_VOXCPM_MAX_REF_SECONDS") == 1 and "POLYTTS_POLYTTS" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_unload_releases_and_reload_gives_the_same_checkpoint(tiny_qwen_torch: Path, registry: VoiceRegistry) -> None:
     qwen = qwen_engine(tiny_qwen_torch)
     qwen.load()
@@ -297,6 +301,7 @@ def test_checkpoints_that_cannot_clone_are_refused(
         qwen_engine(folder).load()
 
 
+@pytest.mark.slow
 def test_one_voice_folder_serves_on_pytorch_and_on_mlx(
     engine: QwenEngine, registry: VoiceRegistry, tmp_path: Path
 ) -> None:

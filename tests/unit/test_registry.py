@@ -865,6 +865,7 @@ def _register_in_a_process(root: str, start: Any, ref_text: str) -> tuple[str, b
     return entry.voice_id, created
 
 
+@pytest.mark.slow
 def test_processes_registering_one_voice_at_once(root: Path) -> None:
     """Real processes, as nodes sharing a voices folder are: however they interleave, one voice, created once."""
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")

@@ -149,6 +149,7 @@ def test_input_arrays_are_not_modified() -> None:
     assert np.array_equal(audio, copy)
 
 
+@pytest.mark.slow
 def test_real_kokoro_chunks_join_like_one_utterance(assembled_model: Path) -> None:
     from engines.g2p import G2P
     from engines.kokoro.onnx_backend import OnnxBackend

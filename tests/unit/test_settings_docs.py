@@ -3,6 +3,7 @@ error code changed without its reference fails here, with the command that refre
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,24 @@ def test_each_engine_familys_settings_have_their_own_section() -> None:
     sections = [line for line in reference.splitlines() if line.startswith("## ")]
     assert sections[0] == "## The service: `settings.ServiceSettings`"
     assert sections[1] == "## Scheduling: `gpu.scheduling_settings.SchedulingSettings`"
-    assert [section.split("`")[1] for section in sections[2:]] == ["kokoro", "voxcpm", "qwen", "dots", "cosyvoice"]
+    assert [section.split(":")[0] for section in sections[2:]] == [
+        "## Engine `kokoro`",
+        "## Engine `voxcpm`",
+        "## Engine `qwen`",
+        "## Engines `voxcpm` and `qwen`",  # VoxCPM's bound on reference clips, which Qwen3-TTS reads too
+        "## Engine `dots`",
+        "## Engine `cosyvoice`",
+    ]
     kokoro = reference.index("## Engine `kokoro`")
     assert reference.index("`POLYTTS_KOKORO_BACKEND`") > kokoro > reference.index("`POLYTTS_PORT`")
+
+
+def test_each_variable_is_one_setting() -> None:
+    """A variable read by two fields would be listed twice, with two types and defaults, for one setting."""
+    entries = re.findall(r"^- \*\*(.+?)\*\* \(", generate.settings_reference(), re.MULTILINE)
+    variables = [variable for entry in entries for variable in entry.split(", ")]
+    assert len(variables) > 50
+    assert sorted({variable for variable in variables if variables.count(variable) > 1}) == []
 
 
 class _Documented(EngineSettings):

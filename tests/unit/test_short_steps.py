@@ -110,6 +110,7 @@ def one_lane(tmp_path: Path, assembled_model: Path) -> Iterator[Service]:
         yield built
 
 
+@pytest.mark.slow
 async def test_a_stream_cut_short_is_cached_under_its_requests_key(one_lane: Service) -> None:
     text = f"The harbour opens at dawn. {CHUNK}"
     request = TTSRequest(text=text, language="en")

@@ -32,6 +32,7 @@ async def synthesize(service: Service, text: str) -> bytes:
     return b"".join([pcm async for pcm in speech.pcm()])
 
 
+@pytest.mark.slow
 async def test_a_clean_synthesis_is_cached_in_both_layers(service: Service, caplog: pytest.LogCaptureFixture) -> None:
     pcm = await synthesize(service, "Cache me.")
     plan = await service.synthesis.planner.plan(TTSRequest(text="Cache me.", language="en"))
@@ -57,6 +58,7 @@ def test_the_memory_cache_is_bounded_by_its_variable_or_its_old_name(
         load_settings()
 
 
+@pytest.mark.slow
 async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
     service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -85,6 +87,7 @@ async def test_a_failure_mid_stream_ends_it_and_caches_nothing(
     assert await synthesize(service, "Still serving.")  # the GPU thread survived
 
 
+@pytest.mark.slow
 async def test_an_abandoned_stream_caches_nothing_and_frees_the_slot(service: Service) -> None:
     text = " ".join(f"Sentence {i} of many." for i in range(20))
     request = TTSRequest(text=text, language="en")
@@ -144,6 +147,7 @@ class StalledDisk(PcmCache):
         super().put(key, pcm)
 
 
+@pytest.mark.slow
 async def test_a_stalled_cache_disk_does_not_delay_another_stream(service: Service, tmp_path: Path) -> None:
     disk = service.synthesis.pcm_cache = StalledDisk(tmp_path / "stalled")
     first = asyncio.create_task(synthesize(service, "My cache write stalls."))

@@ -24,6 +24,8 @@ from voicebank.registration import Registration
 from voicebank.registry import VoiceRegistry
 from voicebank.voice_entry import VoiceEntry
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models run fastest on one thread
+
 MAX_LEN = 16  # audio patches per generation: the random model never stops by itself
 PIECE = 7680  # samples per streamed piece: 160 ms at 48 kHz
 
@@ -64,6 +66,7 @@ def test_loads_at_48khz_with_its_checkpoint(engine: VoxCPMEngine, tiny_voxcpm: P
     assert described["memory"]["weights_bytes"] > 0  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_prompt_modes(engine: VoxCPMEngine, registry: VoiceRegistry) -> None:
     continuation = engine.prepare_voice(register(registry))
     assert continuation.prompt == continuation.reference and continuation.prompt_text == "a short reference"
@@ -86,6 +89,7 @@ def test_reference_is_trimmed_once_and_kept_per_model(engine: VoxCPMEngine, regi
     assert engine.prepare_voice(voice).reference.stat().st_mtime_ns == written
 
 
+@pytest.mark.slow
 def test_the_encoded_prompt_is_built_once_per_voice(engine: VoxCPMEngine, registry: VoiceRegistry) -> None:
     prompt = engine.prepare_voice(register(registry, audio=wav_clip(1.5, 410)))
     before = engine.describe()["prepared_voices"]
@@ -116,6 +120,7 @@ def test_only_registered_clips_are_voices(engine: VoxCPMEngine) -> None:
     assert "VoxCPM clones from a registered clip" in err.value.message
 
 
+@pytest.mark.slow
 def test_unload_and_reload(tiny_voxcpm: Path, registry: VoiceRegistry) -> None:
     voxcpm = voxcpm_engine(str(tiny_voxcpm))
     voxcpm.load()
@@ -144,6 +149,7 @@ def test_a_missing_denoiser_folder_is_a_load_error(tiny_voxcpm: Path, tmp_path: 
         voxcpm_engine(str(tiny_voxcpm), denoiser=tmp_path / "no-denoiser").load()
 
 
+@pytest.mark.slow
 def test_voxcpm_imports_beside_a_broken_torchaudio(tmp_path: Path) -> None:
     """The CUDA torchaudio wheel pip picks next to the CPU torch fails at import; voxcpm must import anyway."""
     fake = tmp_path / "torchaudio"

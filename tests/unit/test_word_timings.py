@@ -182,6 +182,7 @@ def check_timings(text: str, audio: np.ndarray, words: list[WordTiming]) -> None
     assert all(a.end <= b.start for a, b in zip(words, words[1:]))  # monotonic
 
 
+@pytest.mark.slow
 def test_timed_stream_is_the_same_audio_with_words_from_the_offset(engine: KokoroEngine) -> None:
     voice = engine.prepare_voice(BuiltinVoice("jf_alpha", "ja", "kokoro"))
     options = SynthesisOptions(ENGLISH, {"speed": 1.0})
@@ -193,6 +194,7 @@ def test_timed_stream_is_the_same_audio_with_words_from_the_offset(engine: Kokor
     assert 2.5 < words[0].start and words[-1].end < 2.5 + len(plain[0]) / RATE
 
 
+@pytest.mark.slow
 def test_real_speech_is_timed_word_by_word(engine: KokoroEngine) -> None:
     text = "Dr. Smith paid $123.45 for 3 tickets — that's 20% off, isn't it?"
     audio, words = speak_timed(engine, text)
@@ -205,6 +207,7 @@ def test_real_speech_is_timed_word_by_word(engine: KokoroEngine) -> None:
     assert fast[-1].end < 0.75 * words[-1].end
 
 
+@pytest.mark.slow
 def test_text_over_the_model_limit_is_timed_across_windows(engine: KokoroEngine) -> None:
     text = " ".join(["Every word of this long line counts."] * 15)  # about 600 tokens: two windows
     audio, words = speak_timed(engine, text)
@@ -212,6 +215,7 @@ def test_text_over_the_model_limit_is_timed_across_windows(engine: KokoroEngine)
     assert len(words) == 15 * 7
 
 
+@pytest.mark.slow
 def test_other_languages_are_timed(engine: KokoroEngine) -> None:
     for code, text, count in (("es", "Hola, ¿cómo estás? Tengo 25 años.", 6), ("zh", "你好，世界。", 2)):
         audio, words = speak_timed(engine, text, code)
