@@ -29,6 +29,9 @@ def vox_server(
         POLYTTS_VOXCPM_MODEL=str(tiny_voxcpm),
         POLYTTS_VOXCPM_MAX_LEN=str(MAX_LEN),
         POLYTTS_KOKORO_BACKEND="onnx",
+        # Generations as the caps cut them: a stream ahead of its listener would have its steps cut short after a
+        # clause, as many times as the machine's speed allows (one thread: every sentence its own generation).
+        POLYTTS_SHORT_STEP_S="0",
     ).start()
     yield server
     server.stop()
