@@ -14,17 +14,42 @@ NeMo is accurate but needs pynini and minutes of grammar compilation at start an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
-import inflect
+import typeguard
 
 from text.chunking import sentence_spans
 from text.cleaning import visible_text
 from text.spoken import Edit, Spoken
+
+
+@contextlib.contextmanager
+def _typeguard_off() -> Iterator[None]:
+    """typeguard's `@typechecked` as a no-op while inflect is imported: for each of the 23 methods it decorates it
+    re-reads and re-compiles inflect's whole source, 2.6 CPU-seconds at every process start (a server, a test
+    worker), and its checks cost a few hundred microseconds a call; this module hands inflect only the digit strings
+    it matched itself. No effect where inflect was imported already."""
+
+    def unchecked(target: Any = None, **_options: Any) -> Any:
+        return target if target is not None else (lambda function: function)
+
+    checked = typeguard.typechecked
+    typeguard.typechecked = unchecked
+    try:
+        yield
+    finally:
+        typeguard.typechecked = checked
+
+
+with _typeguard_off():
+    import inflect
+
 
 log = logging.getLogger("polytts.normalize")
 
@@ -207,8 +232,8 @@ _TOKEN = re.compile(
 
 
 class _Words:
-    """Number words from inflect. An inflect engine keeps state while it converts, so each thread has its own; its
-    type checks make a call cost a few hundred microseconds, so words are cached (numbers repeat)."""
+    """Number words from inflect. An inflect engine keeps state while it converts, so each thread has its own;
+    words are cached (numbers repeat)."""
 
     def __init__(self) -> None:
         self._local = threading.local()
