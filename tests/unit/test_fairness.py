@@ -1261,3 +1261,31 @@ def test_a_step_that_starts_alone_keeps_every_thread_and_company_waits_unless_it
     assert first in (later, ahead) and queue.runs_beside(first)  # two ready: they start together, threads shared
     second = queue.pick({"kokoro"})
     assert second is not first and second in (later, ahead) and queue.runs_beside(second)
+
+
+def test_admission_learns_the_speed_of_the_route_it_runs_so_a_faster_one_admits_more_streams(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    def admitted_streams(gpu_per_char: float) -> tuple[int, float]:
+        """Long streams admitted at once by a queue that learned its engine's speed from steps of `gpu_per_char`
+        (through `learn`, as the scheduler reports each step), and the real-time factor it learned."""
+        queue = FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8), Clock())
+        learner = stream_job(loop, "learner", units=[100] * (EngineSpeed.window + 1))
+        for done in range(1, EngineSpeed.window + 1):
+            learner.units_done = done
+            queue.learn(learner, 100 * gpu_per_char, 100 * AUDIO_PER_CHAR)
+        count = 0
+        for index in range(10):
+            try:
+                queue.add(stream_job(loop, f"k{index}", units=LONG_UNITS))
+            except Busy:
+                break
+            count += 1
+        return count, queue.state.speed("kokoro").real_time_factor
+
+    slow, slow_rtf = admitted_streams(GPU_PER_CHAR)  # the int8 route: 0.30 GPU s per audio s
+    fast, fast_rtf = admitted_streams(GPU_PER_CHAR / 1.6)  # a route 1.6 times as fast, as bf16 measured
+    assert fast_rtf == pytest.approx(slow_rtf / 1.6)
+    # Arriving together, with no audio in hand yet: on the slower route a second stream would make the first run
+    # dry, on the faster one a third.
+    assert (slow, fast) == (1, 2)
