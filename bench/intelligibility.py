@@ -4,11 +4,11 @@
     python -m bench.intelligibility --url URL --voice af_heart
     python -m bench.intelligibility --only money --only dates  # some paragraphs only
     python -m bench.intelligibility --route stream             # through /tts/stream, read at once: short steps
-    python -m bench.intelligibility --route stream --no-word-cuts   # ... cut only after clauses
+    python -m bench.intelligibility --route stream --word-cuts      # ... cut inside long clauses too
 
 Each paragraph goes through the server's `POST /tts` (WAV), or with `--route stream` through `POST /tts/stream` (PCM)
 read as fast as it comes, so that every step after the first is a short step cut where the text allows it (inside a
-long clause at a word gap unless `--no-word-cuts` starts the server with POLYTTS_SHORT_STEP_WORD_CUTS=0): the seams
+long clause at a word gap too where `--word-cuts` starts the server with POLYTTS_SHORT_STEP_WORD_CUTS=1): the seams
 of short steps heard. Whisper base (bench/asr.py, offline) transcribes it with
 word timestamps. Reported per paragraph and overall: the word error rate after normalizing both sides (numbers and
 digits compare equal) and the audible breaks inside phrases (a silence of 0.22 s or more between two words with no
@@ -119,7 +119,7 @@ def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "voice": args.voice or "server default",
             "language": args.language,
             "route": args.route,
-            "word_cuts": not args.no_word_cuts,
+            "word_cuts": args.word_cuts,
             "asr": "Whisper base (faster-whisper, CTranslate2 int8, CPU), beam 5, word timestamps",
         },
         "paragraphs": results,
@@ -149,14 +149,14 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=sorted(PARAGRAPHS), help="run only these paragraphs")
     parser.add_argument("--route", choices=("tts", "stream"), default="tts", help="/tts (default) or /tts/stream")
     parser.add_argument(
-        "--no-word-cuts", action="store_true", help="own server: short steps cut only after clauses (word cuts off)"
+        "--word-cuts", action="store_true", help="own server: short steps cut inside long clauses too (word cuts on)"
     )
     return figure_main(
         "intelligibility",
         parser,
         intelligibility,
         summary,
-        lambda args: {"POLYTTS_SHORT_STEP_WORD_CUTS": "0"} if args.no_word_cuts else {},
+        lambda args: {"POLYTTS_SHORT_STEP_WORD_CUTS": "1"} if args.word_cuts else {},
     )
 
 
