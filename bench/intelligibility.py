@@ -3,8 +3,13 @@
     python -m bench.intelligibility                            # starts server.py (caches off); its default voice
     python -m bench.intelligibility --url URL --voice af_heart
     python -m bench.intelligibility --only money --only dates  # some paragraphs only
+    python -m bench.intelligibility --route stream             # through /tts/stream, read at once: short steps
+    python -m bench.intelligibility --route stream --word-cuts      # ... cut inside long clauses too
 
-Each paragraph goes through the server's `POST /tts` (WAV); Whisper base (bench/asr.py, offline) transcribes it with
+Each paragraph goes through the server's `POST /tts` (WAV), or with `--route stream` through `POST /tts/stream` (PCM)
+read as fast as it comes, so that every step after the first is a short step cut where the text allows it (inside a
+long clause at a word gap too where `--word-cuts` starts the server with POLYTTS_SHORT_STEP_WORD_CUTS=1): the seams
+of short steps heard. Whisper base (bench/asr.py, offline) transcribes it with
 word timestamps. Reported per paragraph and overall: the word error rate after normalizing both sides (numbers and
 digits compare equal) and the audible breaks inside phrases (a silence of 0.22 s or more between two words with no
 punctuation between them, located by Whisper and confirmed by a silence in the audio; the gaps only Whisper's word
@@ -21,6 +26,7 @@ import time
 from typing import Any
 
 import httpx
+import numpy as np
 import soundfile as sf
 
 from bench.asr import Transcriber, report
@@ -57,12 +63,24 @@ PARAGRAPHS = {
 }
 
 
-def synthesize(client: httpx.Client, text: str, voice: str | None, language: str) -> tuple[bytes, float]:
+def synthesize(
+    client: httpx.Client, text: str, voice: str | None, language: str, route: str = "tts"
+) -> tuple[bytes, float]:
+    """The paragraph as WAV, and the seconds it took: from `/tts`, or from `/tts/stream` read as it comes."""
     body: dict[str, Any] = {"text": text, "language": language, **({"voice_id": voice} if voice else {})}
     started = time.perf_counter()
-    response = client.post("/tts", json=body)
-    response.raise_for_status()
-    return response.content, time.perf_counter() - started
+    if route == "tts":
+        response = client.post("/tts", json=body)
+        response.raise_for_status()
+        return response.content, time.perf_counter() - started
+    with client.stream("POST", "/tts/stream", json=body) as streamed:
+        streamed.raise_for_status()
+        rate = int(streamed.headers["x-sample-rate"])
+        pcm = b"".join(streamed.iter_bytes())
+    elapsed = time.perf_counter() - started
+    wav = io.BytesIO()
+    sf.write(wav, np.frombuffer(pcm, dtype="<i2"), rate, format="WAV", subtype="PCM_16")
+    return wav.getvalue(), elapsed
 
 
 def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -71,7 +89,7 @@ def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with httpx.Client(base_url=url, timeout=600) as client:
         for name, text in paragraphs.items():
-            wav, synth_s = synthesize(client, text, args.voice, args.language)
+            wav, synth_s = synthesize(client, text, args.voice, args.language, args.route)
             samples, rate = sf.read(io.BytesIO(wav), dtype="float32")
             started = time.perf_counter()
             transcript = transcriber.transcribe(wav)
@@ -100,6 +118,8 @@ def intelligibility(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "setup": {
             "voice": args.voice or "server default",
             "language": args.language,
+            "route": args.route,
+            "word_cuts": args.word_cuts,
             "asr": "Whisper base (faster-whisper, CTranslate2 int8, CPU), beam 5, word timestamps",
         },
         "paragraphs": results,
@@ -127,7 +147,17 @@ def main() -> int:
     parser.add_argument("--voice", help="voice for every paragraph; default: the server's default voice")
     parser.add_argument("--language", default="en", help="language sent with each request (default en)")
     parser.add_argument("--only", action="append", choices=sorted(PARAGRAPHS), help="run only these paragraphs")
-    return figure_main("intelligibility", parser, intelligibility, summary)
+    parser.add_argument("--route", choices=("tts", "stream"), default="tts", help="/tts (default) or /tts/stream")
+    parser.add_argument(
+        "--word-cuts", action="store_true", help="own server: short steps cut inside long clauses too (word cuts on)"
+    )
+    return figure_main(
+        "intelligibility",
+        parser,
+        intelligibility,
+        summary,
+        lambda args: {"POLYTTS_SHORT_STEP_WORD_CUTS": "1"} if args.word_cuts else {},
+    )
 
 
 if __name__ == "__main__":

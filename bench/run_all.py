@@ -29,6 +29,7 @@ BENCHMARKS = (
     "stream",
     "concurrency",
     "contention",
+    "sweep",
     "fairness",
     "overhead",
     "cache_hits",

@@ -28,11 +28,13 @@ class ChunkSource(Protocol):
 
 class PlannedChunks:
     """The chunks of a text planned whole (`chunk_text`): all known, always ready; the next one may be cut short at
-    one of its clauses (`shorten`) when the scheduler wants a shorter step."""
+    one of its clauses (`shorten`) when the scheduler wants a shorter step, or inside a long clause at a word gap
+    (`inside_clauses`: POLYTTS_SHORT_STEP_WORD_CUTS)."""
 
-    def __init__(self, chunks: list[Chunk]) -> None:
+    def __init__(self, chunks: list[Chunk], inside_clauses: bool = False) -> None:
         self.unit_chars = tuple(len(chunk.text) for chunk in chunks)
         self._chunks = collections.deque(chunks)
+        self._inside = inside_clauses
 
     def ready(self) -> bool:
         return True
@@ -44,9 +46,9 @@ class PlannedChunks:
         return chunk, not self._chunks
 
     def shorten(self, max_chars: int) -> tuple[int, int] | None:
-        """Cut the next chunk after its leading clauses within `max_chars` (`cut_short`): the characters of the two
+        """Cut the next chunk after its leading clauses (or words) within `max_chars` (`cut_short`): the characters of the two
         chunks it becomes; None where it cannot be."""
-        cut = cut_short(self._chunks[0], max_chars) if self._chunks else None
+        cut = cut_short(self._chunks[0], max_chars, self._inside) if self._chunks else None
         if cut is None:
             return None
         head, rest = cut
@@ -59,7 +61,7 @@ class PlannedChunks:
         steps = []
         for chunk in tuple(self._chunks):  # a copy: the GPU thread may be taking one
             sizes = []
-            while (cut := cut_short(chunk, max_chars)) is not None:
+            while (cut := cut_short(chunk, max_chars, self._inside)) is not None:
                 sizes.append(len(cut[0].text))
                 chunk = cut[1]
             steps.append((*sizes, len(chunk.text)))

@@ -90,7 +90,7 @@ class SynthesisService:
                 timings.cache = "hit"
                 speech = Speech(plan, timings, ctx, self._cached_stream(timings, cached))
             else:
-                job = self.submit(plan, ctx, PlannedChunks(plan.chunks))
+                job = self.submit(plan, ctx, PlannedChunks(plan.chunks, self.settings.short_step_word_cuts))
                 speech = Speech(plan, timings, ctx, self._generated(plan, job, timings), job)
             timings.in_flight = True
             self.in_flight += 1

@@ -335,12 +335,17 @@ def _chunk(text: str, pieces: Sequence[_Piece], written: Callable[[int, int], st
     return Chunk(spoken, pieces[-1].pause, None if as_written == spoken else as_written, parts)
 
 
-def cut_short(chunk: Chunk, max_chars: int) -> tuple[Chunk, Chunk] | None:
+def cut_short(chunk: Chunk, max_chars: int, inside_clauses: bool = False) -> tuple[Chunk, Chunk] | None:
     """The chunk as two shorter ones: its leading clauses packed up to `max_chars` (its first clause at least) and
     the rest; None when it is a single clause, or when the rest would be shorter than half of `max_chars` (every step
     costs the model's padding and set-up: one that spares so little is not worth it). It is cut only after
     one of its own clauses or sentences, where chunking may cut anyway, so no cut falls inside a phrase; joined, the
-    two give the chunk back."""
+    two give the chunk back. `inside_clauses`: a first clause longer than `max_chars` is cut at a word gap inside it
+    instead (`_cut_inside`), where one allows it."""
+    if inside_clauses and len((chunk.parts or (chunk,))[0].text) > max_chars:
+        inside = _cut_inside(chunk, max_chars)
+        if inside is not None:
+            return inside
     parts = chunk.parts
     if len(parts) < 2:
         return None
@@ -360,6 +365,64 @@ def cut_short(chunk: Chunk, max_chars: int) -> tuple[Chunk, Chunk] | None:
     return (
         Chunk(spoken[0], head[-1].pause, None if written[0] == spoken[0] else written[0], head if count > 1 else ()),
         Chunk(spoken[1], chunk.pause, None if written[1] == spoken[1] else written[1], rest if len(rest) > 1 else ()),
+    )
+
+
+def _cut_inside(chunk: Chunk, max_chars: int) -> tuple[Chunk, Chunk] | None:
+    """The chunk cut at a word gap inside its first clause: a head of at most `max_chars`, as close to it as the
+    words allow (half of it at least), ended by no pause (the seam joiner leaves a word gap), and the rest. The gap is scored as a natural
+    cut is (`_cut_score`), never right after a word that binds to the next ("the | kitchen"), and only where the
+    words on one side are spoken as written: a number or a symbol read out ("$4.50") is never split between two
+    steps, and each side keeps the text as written that it speaks. None where no gap qualifies, or the rest would
+    be shorter than half of `max_chars`."""
+    spoken, written = chunk.text, chunk.written or chunk.text
+    clause_words = len((chunk.parts or (chunk,))[0].text.split())
+    said = list(re.finditer(r"\S+", spoken))
+    as_written = list(re.finditer(r"\S+", written))
+    same_head = next(
+        (i for i, (a, b) in enumerate(zip(said, as_written, strict=False)) if a.group() != b.group()), len(said)
+    )
+    same_tail = next(
+        (
+            i
+            for i, (a, b) in enumerate(zip(reversed(said), reversed(as_written), strict=False))
+            if a.group() != b.group()
+        ),
+        len(said),
+    )
+    best: tuple[float, int, int] | None = None
+    for gap in range(1, min(clause_words, len(said))):  # the gap after `gap` words
+        length = said[gap - 1].end()
+        if length > max_chars:
+            break
+        if 2 * length < max_chars:  # a step that short spares the wait little and costs a step's set-up
+            continue
+        previous, following = said[gap - 1].group(), said[gap].group()
+        if _word_key(previous) in _BINDERS or 2 * (len(spoken) - said[gap].start()) < max_chars:
+            continue
+        # The gap in the text as written: counted from the start where the head is spoken as written, else from
+        # the end where the rest is.
+        at = gap if gap <= same_head else len(as_written) - (len(said) - gap)
+        if (gap > same_head and len(said) - gap > same_tail) or not 0 < at < len(as_written):
+            continue
+        score = _cut_score(previous, following) + (max_chars - length) / max_chars
+        if best is None or score < best[0]:
+            best = (score, gap, at)
+    if best is None:
+        return None
+    _, gap, at = best
+    heads = (spoken[: said[gap - 1].end()], written[: as_written[at - 1].end()])
+    rests = (spoken[said[gap].start() :], written[as_written[at].start() :])
+    parts = chunk.parts
+    rest_parts: tuple[Chunk, ...] = ()
+    if len(parts) > 1:
+        first_rest = parts[0].text[len(heads[0]) :].lstrip()
+        first_written = (parts[0].written or parts[0].text)[len(heads[1]) :].lstrip()
+        first = Chunk(first_rest, parts[0].pause, None if first_written == first_rest else first_written)
+        rest_parts = (first, *parts[1:])
+    return (
+        Chunk(heads[0], "none", None if heads[1] == heads[0] else heads[1]),
+        Chunk(rests[0], chunk.pause, None if rests[1] == rests[0] else rests[1], rest_parts),
     )
 
 

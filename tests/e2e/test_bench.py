@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 
 from bench.abuse.payloads import PACK_SHAPE, multipart, understated_npz
-from bench.common import ROOT, SIXTY_WORDS, Playback
+from bench.common import ROOT, SIXTY_WORDS, SPEED_FLAGS, Playback, host_info
 from bench.concurrency import Listening
 from bench.contention import Trial, newcomer_row
 from bench.duplex_http import DuplexRequest
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens
 from bench.run_all import BENCHMARKS, run_one
+from bench.sweep import percentile, real_time_factor
 from text.chunking import PhraseSegmenter
 
 
@@ -54,6 +55,21 @@ def test_a_newcomer_row_compares_its_first_audio_with_alone_and_checks_the_strea
     assert not newcomer_row(1.0, [Trial([stalled], heard(3.0, [(3.0, 4.0)]))], running=1)["met"]
     refused = newcomer_row(1.0, [Trial([playing], Listening(status=429, code="stream_capacity_full"))], running=1)
     assert refused["loaded_ttfa_s"] is None and not refused["met"] and refused["refused"] == ["stream_capacity_full"]
+
+
+def test_the_sweep_takes_percentiles_by_nearest_rank_and_a_streams_real_time_factor_from_its_first_audio() -> None:
+    assert percentile([], 0.5) is None
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0 and percentile([float(i) for i in range(1, 21)], 0.95) == 19.0
+    playback = Playback(began=10.0)
+    playback.heard(2.0, now=11.0)  # first audio a second after the request
+    playback.heard(2.0, now=12.0)
+    assert real_time_factor(Listening(status=200, playback=playback, total_s=3.0)) == pytest.approx(0.5)
+    assert real_time_factor(Listening(status=429)) is None
+
+
+def test_the_host_names_the_processor_flags_that_decide_the_engines_speed() -> None:
+    flags = host_info().get("cpu_flags", [])
+    assert set(flags) <= set(SPEED_FLAGS) and flags == [f for f in SPEED_FLAGS if f in flags]
 
 
 def test_tokens_cover_the_text_as_words_and_punctuation() -> None:

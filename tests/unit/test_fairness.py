@@ -492,6 +492,7 @@ def test_the_policy_shows_every_scheduling_setting_under_the_names_admin_schedul
         "stream_admission": True,
         "stream_gpu_share": 0.8,
         "short_step_s": 0.8,
+        "short_step_word_cuts": False,
         "stream_max_start_wait_s": 5.0,
         "slow_reader_lag_s": 10.0,
         "reader_idle_limit_s": 60.0,
@@ -983,11 +984,11 @@ HARBOUR = (
 
 
 def planned_stream(
-    queue: FairQueue, loop: asyncio.AbstractEventLoop, key: str, text: str = HARBOUR
+    queue: FairQueue, loop: asyncio.AbstractEventLoop, key: str, text: str = HARBOUR, inside_clauses: bool = False
 ) -> tuple[Job, PlannedChunks]:
     """A stream of a real text admitted, planned as the service plans it (60 then 120 characters): its steps can be
-    cut short."""
-    chunks = PlannedChunks(chunk_text(text, 60, 120))
+    cut short (inside a clause too, with `inside_clauses`)."""
+    chunks = PlannedChunks(chunk_text(text, 60, 120), inside_clauses)
     job = Job(
         engine="kokoro",
         chars=sum(chunks.unit_chars),
@@ -1026,6 +1027,29 @@ def test_a_stream_ahead_of_its_listener_takes_short_steps_cut_after_a_clause(loo
         ("and the cargo ships wait for the tide to turn.", "sentence"),
     ]
     assert job.unit_chars[:4] == (planned[0], 26, 28, 46) and job.units_total == len(job.unit_chars)
+
+
+LONG_OPENING = (
+    "Every morning before the market opens the fishermen who have worked through the night carry their crates up "
+    "the narrow stone steps from the quay to the square. The gulls follow them."
+)
+
+
+def test_a_stream_ahead_of_its_listener_cuts_a_long_clause_at_word_gaps_so_no_step_outlasts_a_short_one(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(short_step_s=0.8), clock))  # 0.8 s of GPU time: 40 characters here
+    job, chunks = planned_stream(queue, loop, "a", LONG_OPENING, inside_clauses=True)
+    assert max(job.unit_chars) > 100  # planned whole, the clause's second part is one step of over 2 s
+    steps = [take_step(queue, clock, job, chunks) for _ in range(2)]
+    while job.units_done < (job.units_total or 0):
+        steps.append(take_step(queue, clock, job, chunks))
+    # After the first, no step is longer than a short step (a newcomer waits for no more), the last one aside: what
+    # is left of the text, shorter than one and a half.
+    assert [len(step.text) <= 40 for step in steps[1:-1]] == [True] * (len(steps) - 2) and len(steps[-1].text) <= 60
+    assert [step.pause for step in steps[1:]].count("none") >= 2  # cut at word gaps: the joiner leaves a word gap
+    assert " ".join(step.text for step in steps) == " ".join(c.text for c in chunk_text(LONG_OPENING, 60, 120))
 
 
 def test_a_stream_running_low_takes_its_whole_chunk_and_beside_another_step_a_shorter_one(
@@ -1237,3 +1261,31 @@ def test_a_step_that_starts_alone_keeps_every_thread_and_company_waits_unless_it
     assert first in (later, ahead) and queue.runs_beside(first)  # two ready: they start together, threads shared
     second = queue.pick({"kokoro"})
     assert second is not first and second in (later, ahead) and queue.runs_beside(second)
+
+
+def test_admission_learns_the_speed_of_the_route_it_runs_so_a_faster_one_admits_more_streams(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    def admitted_streams(gpu_per_char: float) -> tuple[int, float]:
+        """Long streams admitted at once by a queue that learned its engine's speed from steps of `gpu_per_char`
+        (through `learn`, as the scheduler reports each step), and the real-time factor it learned."""
+        queue = FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8), Clock())
+        learner = stream_job(loop, "learner", units=[100] * (EngineSpeed.window + 1))
+        for done in range(1, EngineSpeed.window + 1):
+            learner.units_done = done
+            queue.learn(learner, 100 * gpu_per_char, 100 * AUDIO_PER_CHAR)
+        count = 0
+        for index in range(10):
+            try:
+                queue.add(stream_job(loop, f"k{index}", units=LONG_UNITS))
+            except Busy:
+                break
+            count += 1
+        return count, queue.state.speed("kokoro").real_time_factor
+
+    slow, slow_rtf = admitted_streams(GPU_PER_CHAR)  # the int8 route: 0.30 GPU s per audio s
+    fast, fast_rtf = admitted_streams(GPU_PER_CHAR / 1.6)  # a route 1.6 times as fast, as bf16 measured
+    assert fast_rtf == pytest.approx(slow_rtf / 1.6)
+    # Arriving together, with no audio in hand yet: on the slower route a second stream would make the first run
+    # dry, on the faster one a third.
+    assert (slow, fast) == (1, 2)

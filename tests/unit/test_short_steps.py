@@ -56,6 +56,67 @@ def test_a_single_clause_is_never_cut() -> None:
     assert chunk.parts == () and cut_short(chunk, 10) is None
 
 
+LONG_CLAUSE = (
+    "The library at the end of the old harbour road keeps its reading room open late into the evening for anyone "
+    "who wants a quiet place to sit"
+)
+
+
+def test_a_clause_longer_than_the_step_is_cut_inside_at_a_word_gap_only_when_asked() -> None:
+    (chunk,) = chunk_text(f"{LONG_CLAUSE}, and then it closes its doors for the night.", 200, 200)
+    assert [len(part.text) for part in chunk.parts] == [139, 43]
+    cut = cut_short(chunk, 40)
+    assert cut is not None and cut[0].text == f"{LONG_CLAUSE},"  # after the clause, however long it is
+    rest, heads = chunk, []
+    while (cut := cut_short(rest, 40, inside_clauses=True)) is not None:
+        heads.append(cut[0])
+        rest = cut[1]
+    assert [head.text for head in heads] == [
+        "The library at the end of the old",  # never after "the" or "of"
+        "harbour road keeps its reading room open",
+        "late into the evening for anyone",
+        "who wants a quiet place to sit,",  # the clause's own end, once what is left of it fits
+    ]
+    assert [head.pause for head in heads] == ["none", "none", "none", "clause"]  # a word gap at each seam
+    assert all(20 <= len(head.text) <= 40 for head in heads)
+    assert rest == Chunk("and then it closes its doors for the night.", "sentence")
+    assert " ".join([*(head.text for head in heads), rest.text]) == chunk.text
+
+
+def test_a_single_clause_cut_inside_leaves_a_rest_worth_a_step() -> None:
+    (chunk,) = chunk_text(LONG_CLAUSE, 200, 200)
+    assert chunk.parts == () and cut_short(chunk, 100) is None
+    cut = cut_short(chunk, 100, inside_clauses=True)
+    assert cut is not None
+    assert cut[0].text.endswith("open late") and 2 * len(cut[1].text) >= 100  # not 100: the rest would be too short
+    assert cut_short(chunk, 200, inside_clauses=True) is None  # it fits: no cut
+
+
+def test_a_cut_inside_a_clause_never_splits_a_number_read_out_and_keeps_each_sides_written_text() -> None:
+    spoken = read_english(Spoken.of("On the second day it cost $4.50 more to bring the big blue sofa up to the house"))
+    (chunk,) = spoken.chunks(200, 200)
+    pieces, rest = [], chunk
+    while (cut := cut_short(rest, 30, inside_clauses=True)) is not None:
+        pieces.append(cut[0])
+        rest = cut[1]
+    pieces.append(rest)
+    assert [(p.text, p.written) for p in pieces] == [
+        ("On the second day it cost", None),
+        ("four dollars and fifty cents", "$4.50"),  # whole, with the text as written that it speaks
+        ("more to bring the big blue", None),
+        ("sofa up to the house", None),
+    ]
+
+
+def test_planned_chunks_plan_and_take_cuts_inside_clauses_only_when_told() -> None:
+    chunks = chunk_text(f"Go. {LONG_CLAUSE}.", 60, 200)
+    assert PlannedChunks(chunks).cut_steps(40) == [(3,), (139,)]
+    inside = PlannedChunks(chunks, inside_clauses=True)
+    assert inside.cut_steps(40) == [(3,), (33, 40, 32, 31)]
+    inside.take()
+    assert inside.shorten(40) == (33, 105)
+
+
 def test_each_part_keeps_the_text_as_written_that_it_speaks() -> None:
     spoken = read_english(Spoken.of("It cost $4.50, then $12 more, and the rest was free."))
     (chunk,) = spoken.chunks(200, 200)
