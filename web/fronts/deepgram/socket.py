@@ -1,0 +1,206 @@
+"""Deepgram's WebSocket `.../v1/speak` on the live lifecycle: one voice and one audio format per socket (its query),
+its text spoken one live request at a time through `web.fronts.shared.live.open_session`.
+
+The socket starts with `Metadata`. `Speak` appends text to the live request under way (opening one when none is);
+the audio comes back as binary frames, raw in the socket's `encoding` and `sample_rate`. `Flush` speaks what is
+pending and, once that audio is out, is answered by `Flushed` with its `sequence_id` (0, 1, ... on the socket); a
+live request whose flushes are all answered, with no text since, ends there (its own log line), and the next `Speak`
+opens the next one, whose audio follows. `Clear` is a barge-in: the work under way and queued stops, nothing more of
+it is sent, then `Cleared`. `Close` ends the socket at once. A message the node does not take is answered by a
+`Warning`, and a live request that fails by an `Error`; the socket serves on either way. A socket with nothing to
+speak that sends nothing for SOCKET_IDLE_S is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections import deque
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.websockets import WebSocket
+
+from audio.output import Output
+from audio.word_timings import Words
+from errors import ServiceError, invalid_fields
+from lifecycle.service import Service
+from text.live_text import LiveText
+from web.dependencies import connection_context
+from web.fronts.deepgram.protocol import (
+    SocketMessage,
+    SpeakQuery,
+    error_body,
+    metadata,
+    model_headers,
+    model_voice,
+    socket_error,
+    warning,
+)
+from web.fronts.shared.contexts import ContextSocket, SocketContext
+from web.fronts.shared.live import LiveIdle, open_session
+from web.http_errors import deny_websocket
+
+SOCKET_IDLE_S = 300.0
+"""How long a socket with nothing to speak may send nothing."""
+
+Turn = SocketContext[SocketMessage]
+
+
+@dataclasses.dataclass
+class _Progress:
+    """How far a live request has got: its phrases spoken, and the sequence ids of its flushes not yet answered (in
+    the order of its text's flush marks, from the first not yet answered)."""
+
+    spoken: int = 0
+    answered: int = 0
+    waiting: deque[int] = dataclasses.field(default_factory=deque)
+
+
+class DeepgramSocket(ContextSocket[SocketMessage]):
+    """One accepted socket: reads the client's messages into its live requests, one after another, and sends their
+    audio. A client that closes the socket (or sends `Close`) leaves nobody to hear them: they are cancelled."""
+
+    def __init__(self, websocket: WebSocket, service: Service, query: SpeakQuery, audio: Output, voice: str) -> None:
+        super().__init__(websocket)
+        self.service = service
+        self.query = query
+        self.audio = audio
+        self.voice = voice
+        self.request = connection_context(websocket, self.route, streaming=True)
+        self.current: str | None = None
+        """The id of the live request text goes to."""
+        self.turns = 0
+        """Live requests opened: each one's id (ids are never reused on a socket)."""
+        self.progress: dict[str | None, _Progress] = {}
+        self.flushes = 0
+        self.clears = 0
+
+    def idle_timeout(self) -> float | None:
+        return None if self.contexts.open else SOCKET_IDLE_S
+
+    async def bad_frame(self, exc: ServiceError) -> bool:
+        await self.send(warning(exc.code, exc.message))  # not a JSON object: said, and the socket serves on
+        return True
+
+    async def handle(self, raw: dict[str, Any]) -> bool:
+        try:
+            message = SocketMessage.model_validate(raw)
+        except ValidationError as exc:
+            wrong = invalid_fields(exc.errors(), "message: ")
+            await self.send(warning(wrong.code, wrong.message))
+            return True
+        if message.type == "Close":
+            return False
+        if message.type == "Clear":
+            await self._clear()
+        elif message.type == "Speak":
+            await self._speak(message)
+        else:
+            await self._flush()
+        return True
+
+    async def _speak(self, message: SocketMessage) -> None:
+        if not message.text:
+            await self.send(warning("empty_text", "a Speak message with no text is ignored"))
+            return
+        turn = self.contexts.get(self.current)
+        if turn is None or turn.ended:
+            previous = [other.task for other in self.contexts.open.values() if other.task is not None]
+            self.turns += 1
+            self.current = str(self.turns)
+            self.progress[self.current] = _Progress()
+            try:
+                turn = self.contexts.start(self.current, message, lambda turn: self._serve(turn, previous))
+            except ServiceError as exc:  # live requests still finishing, one too many
+                await self.send(warning(exc.code, exc.message))
+                return
+        turn.put(message.text)
+
+    async def _flush(self) -> None:
+        sequence_id, self.flushes = self.flushes, self.flushes + 1
+        turn = self.contexts.get(self.current)
+        if turn is None or turn.ended or (not turn.unflushed and not self.progress[turn.id].waiting):
+            # Nothing was said since the last flush, whose audio is out: this one is done already.
+            await self.send({"type": "Flushed", "sequence_id": sequence_id})
+            return
+        self.progress[turn.id].waiting.append(sequence_id)
+        turn.put(None, flush=True)
+
+    async def _clear(self) -> None:
+        """Stop every live request's work now, then say so: no audio of theirs comes after `Cleared`."""
+        turns = list(self.contexts.open.values())
+        for turn in turns:
+            self.contexts.cancel(turn)
+        await asyncio.gather(*(turn.task for turn in turns if turn.task is not None), return_exceptions=True)
+        self.progress.clear()
+        self.current = None
+        sequence_id, self.clears = self.clears, self.clears + 1
+        await self.send({"type": "Cleared", "sequence_id": sequence_id})
+
+    async def _serve(self, turn: Turn, previous: list[asyncio.Task[None]]) -> None:
+        """One live request: after the one before it has sent its audio, its own audio as binary frames, each flush
+        answered once its phrases are spoken."""
+        progress = self.progress[turn.id]
+        query = {"voice_id": self.voice}
+        if (rate := self.query.speaking_rate()) is not None:
+            query["speed"] = str(rate)
+        session = None
+        try:
+            if previous:
+                await asyncio.wait(previous)
+            request = dataclasses.replace(self.request)  # each live request its own timings and log line
+            session = await open_session(self.service.synthesis, request, query, turn.messages(), timed=None)
+            async with contextlib.aclosing(session.speech.encoded_events(self.audio)) as events:
+                async for item in events:
+                    if isinstance(item, Words):
+                        progress.spoken += 1
+                        await self._answer_flushes(turn, session.text, progress)
+                    elif item:
+                        await self.send_bytes(item)
+        except ServiceError as exc:
+            failure = (session.failure if session else None) or exc
+            if not isinstance(failure, LiveIdle):  # the client's silence ends a live request, not the socket
+                await self.send(socket_error(failure))
+        finally:
+            if session is not None:
+                await session.close()
+            self.contexts.finished(turn)
+        while progress.waiting:  # everything is spoken (or failed): every flush is done
+            await self.send({"type": "Flushed", "sequence_id": progress.waiting.popleft()})
+
+    async def _answer_flushes(self, turn: Turn, text: LiveText, progress: _Progress) -> None:
+        """Answer each flush whose phrases are all spoken now; a live request with nothing more to say ends."""
+        marks = text.flush_marks
+        while progress.waiting and progress.answered < len(marks) and marks[progress.answered] <= progress.spoken:
+            if len(progress.waiting) == 1 and not turn.unflushed:
+                # Nothing more to say: the request ends, and its last flush is answered once the encoder's tail (what
+                # the resampler still holds) is out too.
+                turn.end()
+                return
+            progress.answered += 1
+            await self.send({"type": "Flushed", "sequence_id": progress.waiting.popleft()})
+
+
+async def serve_socket(websocket: WebSocket, service: Service) -> None:
+    """Refuse the handshake with an HTTP error (Deepgram's error shape) when the node drains or the query, the model
+    or its voice is wrong; otherwise accept it, say `Metadata` and serve the socket."""
+    try:
+        service.synthesis.check_open()
+        try:
+            query = SpeakQuery.model_validate(dict(websocket.query_params))
+        except ValidationError as exc:
+            raise invalid_fields(exc.errors(), "query: ") from None
+        audio = query.output(socket=True)
+        voice = model_voice(query.model)
+        await service.catalog.resolve(voice)
+    except ServiceError as exc:
+        retry_after = service.settings.retry_after_seconds
+        await deny_websocket(exc, retry_after, error_body, websocket.scope, websocket.receive, websocket.send)
+        return
+    headers = model_headers(query.model_name())
+    await websocket.accept(headers=[(name.encode(), value.encode()) for name, value in headers.items()])
+    socket = DeepgramSocket(websocket, service, query, audio, voice)
+    await socket.send(metadata(query.model_name()))
+    await socket.run()
