@@ -115,6 +115,9 @@ def f32le(pcm: bytes) -> bytes:
     return (np.frombuffer(pcm, dtype="<i2").astype("<f4") / 32768.0).astype("<f4").tobytes()
 
 
+G711_MEDIA_TYPES: dict[SampleEncoding, str] = {"mulaw": "audio/basic", "alaw": "audio/x-alaw-basic"}
+"""The media types of raw G.711 samples (RFC 2046's audio/basic is 8 kHz μ-law; A-law has only this common one)."""
+
 _RAW: dict[SampleEncoding, Callable[[bytes], bytes]] = {"s16le": bytes, "f32le": f32le, "mulaw": mulaw, "alaw": alaw}
 _WAV_FORMATS: dict[SampleEncoding, tuple[int, int]] = {
     "s16le": (WAV_PCM, SAMPLE_WIDTH),

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from audio.encoding import MEDIA_TYPES, AudioFormat
-from audio.output import Output, SampleEncoding
+from audio.output import G711_MEDIA_TYPES, Output, SampleEncoding
 from errors import InvalidInput, NotFound, ServiceError
 from lifecycle.request_context import REQUEST_ID
 
@@ -147,7 +147,7 @@ def _bad_query(param: str, message: str) -> InvalidInput:
 
 def media_type(audio: Output) -> str:
     if audio.fmt == "pcm":
-        return {"mulaw": "audio/basic", "alaw": "audio/x-alaw-basic"}.get(audio.encoding, MEDIA_TYPES["pcm"])
+        return G711_MEDIA_TYPES.get(audio.encoding, MEDIA_TYPES["pcm"])
     return MEDIA_TYPES[audio.fmt]
 
 
