@@ -199,6 +199,17 @@ def test_metadata_then_audio_then_flushed(client: TestClient, seconds: float) ->
         assert ws.receive() == {"type": "websocket.close", "code": 1000, "reason": ""}
 
 
+def test_word_timestamps_where_asked(client: TestClient) -> None:
+    with client.websocket_connect(socket_url(word_timestamps="true"), headers=KEY) as ws:
+        assert ws.receive_json()["type"] == "Metadata"
+        ws.send_json({"type": "Speak", "text": SENTENCE})
+        ws.send_json({"type": "Flush"})
+        audio, messages = until(ws, "Flushed")
+    words = [word for message in messages if message["type"] == "Words" for word in message["words"]]
+    assert " ".join(word["word"] for word in words) == SENTENCE
+    assert 0 <= words[0]["start"] and words[-1]["end"] <= len(audio) / 2 / 16000 + 0.01
+
+
 def test_telephony_on_the_socket(client: TestClient, seconds: float) -> None:
     for encoding in ("mulaw", "alaw"):
         with client.websocket_connect(socket_url(encoding=encoding, sample_rate=8000), headers=KEY) as ws:

@@ -86,6 +86,12 @@ class SpeakQuery(BaseModel):
     callback_method: str | None = Field(None, description="Ignored.")
     mip_opt_out: bool | None = Field(None, description="Ignored: nothing is kept.")
     tag: str | None = Field(None, description="Ignored.")
+    word_timestamps: bool = Field(
+        False,
+        description="This node's own, not Deepgram's (its service has no word timings): on the WebSocket, after each "
+        'phrase\'s audio, `{"type": "Words", "words": [{"word", "start", "end"}]}` (seconds from the start of the live '
+        "request's audio) where the engine times words (Kokoro).",
+    )
 
     def output(self, socket: bool) -> Output:
         """The audio this asks for; a 422 that says what is answered otherwise."""

@@ -7,7 +7,8 @@ pending and, once that audio is out, is answered by `Flushed` with its `sequence
 live request whose flushes are all answered, with no text since, ends there (its own log line), and the next `Speak`
 opens the next one, whose audio follows. `Clear` is a barge-in: the work under way and queued stops, nothing more of
 it is sent, then `Cleared`. `Close` ends the socket at once. A message the node does not take is answered by a
-`Warning`, and a live request that fails by an `Error`; the socket serves on either way. A socket with nothing to
+`Warning`, and a live request that fails by an `Error`; the socket serves on either way. Where the query asks for
+`word_timestamps` (this node's own), each phrase's words follow its audio as a `Words` message. A socket with nothing to
 speak that sends nothing for SOCKET_IDLE_S is closed.
 """
 
@@ -151,11 +152,14 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
             if previous:
                 await asyncio.wait(previous)
             request = dataclasses.replace(self.request)  # each live request its own timings and log line
-            session = await open_session(self.service.synthesis, request, query, turn.messages(), timed=None)
+            timed = True if self.query.word_timestamps else None
+            session = await open_session(self.service.synthesis, request, query, turn.messages(), timed=timed)
             async with contextlib.aclosing(session.speech.encoded_events(self.audio)) as events:
                 async for item in events:
                     if isinstance(item, Words):
                         progress.spoken += 1
+                        if item.words and self.query.word_timestamps:
+                            await self.send({"type": "Words", "words": [word.public() for word in item.words]})
                         await self._answer_flushes(turn, session.text, progress)
                     elif item:
                         await self.send_bytes(item)
