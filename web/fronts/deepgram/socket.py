@@ -2,10 +2,9 @@
 its text spoken one live request at a time through `web.fronts.shared.live.open_session`.
 
 The socket starts with `Metadata`. `Speak` appends text to the live request under way (opening one when none is);
-the audio comes back as binary frames, raw in the socket's `encoding` and `sample_rate`. `Flush` speaks what is
-pending and, once that audio is out, is answered by `Flushed` with its `sequence_id` (0, 1, ... on the socket); a
-live request whose flushes are all answered, with no text since, ends there (its own log line), and the next `Speak`
-opens the next one, whose audio follows. `Clear` is a barge-in: the work under way and queued stops, nothing more of
+the audio comes back as binary frames, raw in the socket's `encoding` and `sample_rate`. `Flush` ends the live
+request's text: what is pending is spoken and, once all its audio is out, `Flushed` answers with its `sequence_id`
+(0, 1, ... on the socket); the next `Speak` opens the next live request (its own log line), whose audio follows. `Clear` is a barge-in: the work under way and queued stops, nothing more of
 it is sent, then `Cleared`. `Close` ends the socket at once. A message the node does not take is answered by a
 `Warning`, and a live request that fails by an `Error`; the socket serves on either way. Where the query asks for
 `word_timestamps` (this node's own), each phrase's words follow its audio as a `Words` message. A socket with nothing to
@@ -27,7 +26,6 @@ from audio.output import Output
 from audio.word_timings import Words
 from errors import ServiceError, invalid_fields
 from lifecycle.service import Service
-from text.live_text import LiveText
 from web.dependencies import connection_context
 from web.fronts.deepgram.protocol import (
     SocketMessage,
@@ -49,16 +47,6 @@ SOCKET_IDLE_S = 300.0
 Turn = SocketContext[SocketMessage]
 
 
-@dataclasses.dataclass
-class _Progress:
-    """How far a live request has got: its phrases spoken, and the sequence ids of its flushes not yet answered (in
-    the order of its text's flush marks, from the first not yet answered)."""
-
-    spoken: int = 0
-    answered: int = 0
-    waiting: deque[int] = dataclasses.field(default_factory=deque)
-
-
 class DeepgramSocket(ContextSocket[SocketMessage]):
     """One accepted socket: reads the client's messages into its live requests, one after another, and sends their
     audio. A client that closes the socket (or sends `Close`) leaves nobody to hear them: they are cancelled."""
@@ -74,7 +62,8 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
         """The id of the live request text goes to."""
         self.turns = 0
         """Live requests opened: each one's id (ids are never reused on a socket)."""
-        self.progress: dict[str | None, _Progress] = {}
+        self.waiting: dict[str | None, deque[int]] = {}
+        """Each live request's flushes not yet answered: their sequence ids."""
         self.flushes = 0
         self.clears = 0
 
@@ -111,7 +100,7 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
             previous = [other.task for other in self.contexts.open.values() if other.task is not None]
             self.turns += 1
             self.current = str(self.turns)
-            self.progress[self.current] = _Progress()
+            self.waiting[self.current] = deque()
             try:
                 turn = self.contexts.start(self.current, message, lambda turn: self._serve(turn, previous))
             except ServiceError as exc:  # live requests still finishing, one too many
@@ -120,14 +109,15 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
         turn.put(message.text)
 
     async def _flush(self) -> None:
+        """The live request under way ends its text here: what is pending is spoken, and `Flushed` follows its last
+        audio. Text after it opens the next live request, whose audio follows."""
         sequence_id, self.flushes = self.flushes, self.flushes + 1
         turn = self.contexts.get(self.current)
-        if turn is None or turn.ended or (not turn.unflushed and not self.progress[turn.id].waiting):
-            # Nothing was said since the last flush, whose audio is out: this one is done already.
+        if turn is None:  # nothing is being spoken: this flush is done already
             await self.send({"type": "Flushed", "sequence_id": sequence_id})
             return
-        self.progress[turn.id].waiting.append(sequence_id)
-        turn.put(None, flush=True)
+        self.waiting[turn.id].append(sequence_id)
+        turn.end()
 
     async def _clear(self) -> None:
         """Stop every live request's work now, then say so: no audio of theirs comes after `Cleared`."""
@@ -135,56 +125,45 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
         for turn in turns:
             self.contexts.cancel(turn)
         await asyncio.gather(*(turn.task for turn in turns if turn.task is not None), return_exceptions=True)
-        self.progress.clear()
+        self.waiting.clear()
         self.current = None
         sequence_id, self.clears = self.clears, self.clears + 1
         await self.send({"type": "Cleared", "sequence_id": sequence_id})
 
     async def _serve(self, turn: Turn, previous: list[asyncio.Task[None]]) -> None:
-        """One live request: after the one before it has sent its audio, its own audio as binary frames, each flush
-        answered once its phrases are spoken."""
-        progress = self.progress[turn.id]
+        """One live request: after the one before it has sent its audio, its own audio as binary frames (and its
+        words, where the query asks), then its flushes answered."""
+        waiting = self.waiting[turn.id]
         query = {"voice_id": self.voice}
         if (rate := self.query.speaking_rate()) is not None:
             query["speed"] = str(rate)
         session = None
         try:
-            if previous:
-                await asyncio.wait(previous)
-            request = dataclasses.replace(self.request)  # each live request its own timings and log line
-            timed = True if self.query.word_timestamps else None
-            session = await open_session(self.service.synthesis, request, query, turn.messages(), timed=timed)
-            async with contextlib.aclosing(session.speech.encoded_events(self.audio)) as events:
-                async for item in events:
-                    if isinstance(item, Words):
-                        progress.spoken += 1
-                        if item.words and self.query.word_timestamps:
-                            await self.send({"type": "Words", "words": [word.public() for word in item.words]})
-                        await self._answer_flushes(turn, session.text, progress)
-                    elif item:
-                        await self.send_bytes(item)
-        except ServiceError as exc:
-            failure = (session.failure if session else None) or exc
-            if not isinstance(failure, LiveIdle):  # the client's silence ends a live request, not the socket
-                await self.send(socket_error(failure))
+            try:
+                if previous:
+                    await asyncio.wait(previous)
+                request = dataclasses.replace(self.request)  # each live request its own timings and log line
+                timed = True if self.query.word_timestamps else None
+                session = await open_session(self.service.synthesis, request, query, turn.messages(), timed=timed)
+                async with contextlib.aclosing(session.speech.encoded_events(self.audio)) as events:
+                    async for item in events:
+                        if isinstance(item, Words):
+                            if item.words and self.query.word_timestamps:
+                                await self.send({"type": "Words", "words": [word.public() for word in item.words]})
+                        elif item:
+                            await self.send_bytes(item)
+            except ServiceError as exc:
+                failure = (session.failure if session else None) or exc
+                if not isinstance(failure, LiveIdle):  # the client's silence ends a live request, not the socket
+                    await self.send(socket_error(failure))
+            # All of its audio is out, the encoder's tail (what the resampler held) included, or all there will be:
+            # its flushes are done (a client waits for them to end its turn). A cleared one's never are.
+            while waiting:
+                await self.send({"type": "Flushed", "sequence_id": waiting.popleft()})
         finally:
             if session is not None:
                 await session.close()
             self.contexts.finished(turn)
-        while progress.waiting:  # everything is spoken (or failed): every flush is done
-            await self.send({"type": "Flushed", "sequence_id": progress.waiting.popleft()})
-
-    async def _answer_flushes(self, turn: Turn, text: LiveText, progress: _Progress) -> None:
-        """Answer each flush whose phrases are all spoken now; a live request with nothing more to say ends."""
-        marks = text.flush_marks
-        while progress.waiting and progress.answered < len(marks) and marks[progress.answered] <= progress.spoken:
-            if len(progress.waiting) == 1 and not turn.unflushed:
-                # Nothing more to say: the request ends, and its last flush is answered once the encoder's tail (what
-                # the resampler still holds) is out too.
-                turn.end()
-                return
-            progress.answered += 1
-            await self.send({"type": "Flushed", "sequence_id": progress.waiting.popleft()})
 
 
 async def serve_socket(websocket: WebSocket, service: Service) -> None:
