@@ -31,9 +31,10 @@ ERRORS: dict[str, ErrorCode] = {
     "filename_too_long": ErrorCode(400, "A form part's file name is longer than any real file's."),
     "unauthorized": ErrorCode(
         401,
-        "No valid API key: send `Authorization: Bearer <key>`, `xi-api-key: <key>` or `X-API-Key: <key>` (on a "
-        "WebSocket also the `xi-api-key` or `api_key` query parameter, or the `bearer.<key>` subprotocol). Only on a "
-        "node with POLYTTS_API_KEYS or POLYTTS_ADMIN_KEYS set.",
+        "No valid API key: send `Authorization: Bearer <key>` (or `Token <key>`), `xi-api-key: <key>`, "
+        "`X-API-Key: <key>` or `X-VAPI-SECRET: <key>` (on a WebSocket also the `xi-api-key`, `api_key` or `token` "
+        "query parameter, or the `bearer.<key>` subprotocol). Only on a node with POLYTTS_API_KEYS or "
+        "POLYTTS_ADMIN_KEYS set.",
     ),
     "forbidden": ErrorCode(403, "A valid key that may not do this."),
     "admin_key_required": ErrorCode(403, "The route needs an admin key (POLYTTS_ADMIN_KEYS); an ordinary key is not."),

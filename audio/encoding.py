@@ -47,8 +47,8 @@ def to_pcm16(samples: np.ndarray) -> bytes:
     return (clipped * 32767.0).round().astype("<i2").tobytes()
 
 
-WAV_PCM, WAV_FLOAT, WAV_MULAW = 1, 3, 7
-"""WAVE format tags: integer PCM, IEEE float, G.711 μ-law."""
+WAV_PCM, WAV_FLOAT, WAV_ALAW, WAV_MULAW = 1, 3, 6, 7
+"""WAVE format tags: integer PCM, IEEE float, G.711 A-law, G.711 μ-law."""
 
 
 def _riff_header(

@@ -1,5 +1,5 @@
 """Audio as a client asks for it, whatever the engine's rate: s16le mono PCM, fed as it is made, converted to another
-sample rate and then to raw samples (s16le, f32le or G.711 μ-law) or into a codec at a chosen bit rate.
+sample rate and then to raw samples (s16le, f32le or G.711 μ-law or A-law) or into a codec at a chosen bit rate.
 
 `open_output(Output(...), engine_rate)` is the one entry point of the compatible fronts (ElevenLabs' `pcm_16000`,
 `ulaw_8000`, `mp3_44100_128`; Cartesia's raw `pcm_f32le` at a rate): one `Encoder` per response, as
@@ -19,6 +19,7 @@ import numpy as np
 from audio.encoding import (
     MEDIA_TYPES,
     SAMPLE_WIDTH,
+    WAV_ALAW,
     WAV_FLOAT,
     WAV_MULAW,
     WAV_PCM,
@@ -28,8 +29,9 @@ from audio.encoding import (
     streaming_wav_header,
 )
 
-SampleEncoding = Literal["s16le", "f32le", "mulaw"]
-"""How the samples of raw audio (`pcm`) are written: 16-bit and 32-bit float little-endian, or 8-bit G.711 μ-law."""
+SampleEncoding = Literal["s16le", "f32le", "mulaw", "alaw"]
+"""How the samples of raw audio (`pcm`) are written: 16-bit and 32-bit float little-endian, or 8-bit G.711 μ-law or
+A-law."""
 
 
 @dataclass(frozen=True)
@@ -93,16 +95,35 @@ def mulaw(pcm: bytes) -> bytes:
     return (value ^ np.where(negative, 0x7F, 0xFF)).astype(np.uint8).tobytes()
 
 
+_ALAW_SEGMENT_ENDS = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF])
+
+
+def alaw(pcm: bytes) -> bytes:
+    """s16le samples as G.711 A-law bytes (one per sample), as European telephony carries them: the reference
+    encoder's arithmetic on 13-bit samples, byte for byte."""
+    samples = np.frombuffer(pcm, dtype="<i2").astype(np.int32) >> 3
+    negative = samples < 0
+    magnitude = np.where(negative, -samples - 1, samples)
+    segment = np.searchsorted(_ALAW_SEGMENT_ENDS, magnitude)
+    mantissa = (magnitude >> np.where(segment < 2, 1, segment)) & 0x0F
+    value = np.where(segment > 7, 0x7F, (segment << 4) | mantissa)
+    return (value ^ np.where(negative, 0x55, 0xD5)).astype(np.uint8).tobytes()
+
+
 def f32le(pcm: bytes) -> bytes:
     """s16le samples as 32-bit float little-endian in [-1, 1)."""
     return (np.frombuffer(pcm, dtype="<i2").astype("<f4") / 32768.0).astype("<f4").tobytes()
 
 
-_RAW: dict[SampleEncoding, Callable[[bytes], bytes]] = {"s16le": bytes, "f32le": f32le, "mulaw": mulaw}
+G711_MEDIA_TYPES: dict[SampleEncoding, str] = {"mulaw": "audio/basic", "alaw": "audio/x-alaw-basic"}
+"""The media types of raw G.711 samples (RFC 2046's audio/basic is 8 kHz μ-law; A-law has only this common one)."""
+
+_RAW: dict[SampleEncoding, Callable[[bytes], bytes]] = {"s16le": bytes, "f32le": f32le, "mulaw": mulaw, "alaw": alaw}
 _WAV_FORMATS: dict[SampleEncoding, tuple[int, int]] = {
     "s16le": (WAV_PCM, SAMPLE_WIDTH),
     "f32le": (WAV_FLOAT, 4),
     "mulaw": (WAV_MULAW, 1),
+    "alaw": (WAV_ALAW, 1),
 }
 """Each sample encoding's WAVE format tag and bytes per sample."""
 

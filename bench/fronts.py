@@ -1,5 +1,6 @@
 """The compatible fronts keep the live route's latency: the same simulated language model over `/tts/live/ws`, over
-the ElevenLabs `multi-stream-input` WebSocket and over the Cartesia `tts/websocket`.
+the ElevenLabs `multi-stream-input` WebSocket, over the Cartesia `tts/websocket` and over the Deepgram `v1/speak`
+WebSocket.
 
     python -m bench.fronts                        # starts server.py (caches off); 3 runs per route
     python -m bench.fronts --url URL --api-key KEY --runs 1 --tokens-per-s 50
@@ -9,10 +10,11 @@ natively as `{"text": token}` then `{"end": true}`; to the ElevenLabs front as `
 the context's `{"text": " "}`, then a flush and `close_context` (Pipecat's end of a turn), audio asked as
 `pcm_24000` (the engine's rate: no resampling) unless `--output-format` says otherwise; to the Cartesia front as
 `{"transcript": token, "continue": true, "context_id"}` with `add_timestamps`, then `{"transcript": "", "continue":
-false}`, raw s16le at the same rate. The runs alternate.
+false}`, raw s16le at the same rate; to the Deepgram front as `{"type": "Speak", "text": token}` then a `Flush`,
+linear16 at the same rate, with `word_timestamps`. The runs alternate.
 
 A phrase is what the server spoke as one chunk (native: a `words` event; ElevenLabs: a message with its
-`alignment`; Cartesia: a `timestamps` event); its delay is from the arrival of its last token to its first audio
+`alignment`; Cartesia: a `timestamps` event; Deepgram: a `Words` message); its delay is from the arrival of its last token to its first audio
 (bench/live.py `analyse`). Reported per phrase: the median delay of each route and each front's excess over the
 native route; per run, the stalls of a client playing from the first byte in real time. Goals: each phrase within 50 ms of the native route's; no stall
 at 30 tokens/s while generation is faster than real time. Writes `bench/results/fronts-<UTC time>.json`.
@@ -127,7 +129,47 @@ async def over_cartesia(url: str, parts: list[str], args: argparse.Namespace) ->
     return run
 
 
-FRONTS = {"elevenlabs": over_elevenlabs, "cartesia": over_cartesia}
+async def over_deepgram(url: str, parts: list[str], args: argparse.Namespace) -> LiveRun:
+    """The Deepgram `v1/speak` WebSocket, fed as Pipecat's DeepgramTTSService feeds it (`Speak` per token, `Flush` at
+    the end of the answer); `word_timestamps` (this node's own) marks the phrases."""
+    rate = int(args.output_format.split("_")[1])
+    query = f"model={args.voice}&encoding=linear16&sample_rate={rate}&word_timestamps=true"
+    headers = {"Authorization": f"Token {args.api_key}"} if args.api_key else {}
+    async with connect(f"{url.replace('http', 'ws', 1)}/deepgram/v1/speak?{query}", additional_headers=headers) as ws:
+        run = LiveRun("deepgram", time.perf_counter(), sample_rate=rate)
+        sender = asyncio.create_task(
+            produce(
+                run,
+                parts,
+                args.tokens_per_s,
+                lambda t: ws.send(json.dumps({"type": "Speak", "text": t})),
+                lambda: ws.send(json.dumps({"type": "Flush"})),
+            )
+        )
+        try:
+            async for message in ws:
+                now = time.perf_counter()
+                if isinstance(message, bytes):
+                    run.audio.append((now, len(message)))
+                    continue
+                event = json.loads(message)
+                if event["type"] == "Words":
+                    run.phrase_ends.append(run.audio_bytes)
+                    run.spoken.append(" ".join(word["word"] for word in event["words"]))
+                elif event["type"] in ("Error", "Warning"):
+                    run.error = f"{event.get('err_code') or event.get('warn_code')}: {event.get('description')}"
+                if event["type"] in ("Flushed", "Error"):
+                    break
+            await sender
+            await ws.send(json.dumps({"type": "Close"}))
+        except (ConnectionClosed, OSError) as exc:
+            run.error = run.error or f"{type(exc).__name__}: {exc}"
+        finally:
+            sender.cancel()
+    return run
+
+
+FRONTS = {"elevenlabs": over_elevenlabs, "cartesia": over_cartesia, "deepgram": over_deepgram}
 
 
 def _analysed(run: LiveRun, parts: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -184,13 +226,13 @@ def summary(fig: dict[str, Any]) -> str:
         f"{fig['stream_rtf']:.3f}"
         if fig["stream_rtf"] is not None
         else "no real-time factor",
-        "  phrase                                      native  elevenlabs  excess  cartesia  excess",
+        "  phrase                                      native" + "".join(f"  {front:>10}  excess" for front in FRONTS),
     ]
     for row in fig["phrases"]:
         excess = row["excess_s"]
         lines.append(
-            f"  {row['text'][:42]:42}  {row['native_s']:6.3f}  {row['elevenlabs_s']:10.3f}  {excess['elevenlabs']:+.3f}"
-            f"  {row['cartesia_s']:8.3f}  {excess['cartesia']:+.3f}"
+            f"  {row['text'][:42]:42}  {row['native_s']:6.3f}"
+            + "".join(f"  {row[f'{front}_s']:10.3f}  {excess[front]:+.3f}" for front in FRONTS)
         )
     for route, done in fig["routes"].items():
         for number, run in enumerate(done, 1):

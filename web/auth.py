@@ -1,10 +1,10 @@
 """Who a request is: API keys (checked before anything else is read) and the fairness key a request counts against.
 
 With `POLYTTS_API_KEYS` set, every route but the public ones needs a key (`Authorization: Bearer <key>`, or the
-headers and query parameters the fronts' clients send theirs in: `Front.key_headers`, `Front.key_queries`; the 401
-lists every way), and the key's name is the request's fairness key; a header cannot claim another identity. Without
-keys, the fairness key is the `X-Fairness-Key` header, else the anonymous key. A name grants nothing by itself:
-weights come from configuration.
+schemes, headers and query parameters the fronts' clients send theirs in: `Front.key_schemes`, `Front.key_headers`,
+`Front.key_queries`; the 401 lists every way), and the key's name is the request's fairness key; a header cannot claim
+another identity. Without keys, the fairness key is the `X-Fairness-Key` header, else the anonymous key. A name
+grants nothing by itself: weights come from configuration.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ def key_required(fronts: Sequence[Front]) -> str:
     """The 401's message: every way a client may give its key, so that one sending it another way learns the right
     one."""
     headers = [f"`{header.name}: <key>` ({header.clients})" for front in fronts for header in front.key_headers]
+    schemes = [f"`Authorization: {scheme} <key>`" for front in fronts for scheme in front.key_schemes]
     queries = [f"`{name}`" for front in fronts for name in front.key_queries]
     in_query = f"the {_either(queries)} query parameter, or " if queries else ""
+    ways = ["`Authorization: Bearer <key>`", *schemes, *headers]
     return (
-        f"a valid API key is required: send it as {_either(['`Authorization: Bearer <key>`', *headers])}; on a "
+        f"a valid API key is required: send it as {_either(ways)}; on a "
         f"WebSocket also as {in_query}the `{_KEY_SUBPROTOCOL}<key>` subprotocol"
     )
 
@@ -63,6 +65,7 @@ class ApiKeys:
         self._keys += [(secret.encode(), name, True) for secret, name in (admin_keys or {}).items()]
         self.headers = [header.name for front in fronts for header in front.key_headers]
         self.queries = [name for front in fronts for name in front.key_queries]
+        self.schemes = {"bearer", *(scheme.lower() for front in fronts for scheme in front.key_schemes)}
         self.required = key_required(fronts)
 
     def __bool__(self) -> bool:
@@ -89,9 +92,9 @@ class ApiKeys:
             scheme, _, token = headers.get("authorization", "").partition(" ")
             offered = [_subprotocol_key(p) for p in subprotocols or [] if p.startswith(_KEY_SUBPROTOCOL)]
             offered += [key for key in (*(headers.get(name) for name in self.headers), query_key) if key]
-            if scheme.lower() != "bearer" and offered:
+            if scheme.lower() not in self.schemes and offered:
                 scheme, token = "bearer", offered[0]
-            identity = self._lookup(token.strip()) if scheme.lower() == "bearer" else None
+            identity = self._lookup(token.strip()) if scheme.lower() in self.schemes else None
             if identity is None:
                 raise Unauthorized(self.required, code="unauthorized")
             return identity

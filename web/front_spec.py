@@ -54,6 +54,8 @@ class Front:
     """Headers its clients send their API key in, beside `Authorization: Bearer`."""
     key_queries: tuple[str, ...] = ()
     """Query parameters its WebSocket clients send their key in; they never reach the log (`redaction`)."""
+    key_schemes: tuple[str, ...] = ()
+    """`Authorization` schemes its clients send their key under, beside `Bearer` (Deepgram's `Token`)."""
     speech_paths: tuple[str, ...] = ()
     """Paths (and the paths under them) of its speech routes, which log a line of their own with the audio's
     timings instead of the access log's."""

@@ -113,6 +113,14 @@ def test_sdk_websocket_contexts_flush_and_timestamps(client: Cartesia) -> None:
     assert check_timings(samples, 16000, words) >= 1
 
 
+def test_sdk_lists_and_gets_the_nodes_voices(client: Cartesia) -> None:
+    listed = list(client.voices.list(limit=25))  # page after page, as the SDK iterates
+    assert len(listed) == len({voice.id for voice in listed}) > 50  # every stock voice, once
+    heart = client.voices.get(VOICE)
+    assert (heart.id, heart.language, heart.gender, heart.locales[0].locale) == (VOICE, "en", "feminine", "en-US")
+    assert heart in listed
+
+
 def test_sdk_errors(client: Cartesia, node: ServerProcess) -> None:
     with pytest.raises(APIStatusError) as raised:
         client.tts.generate(model_id="sonic-3", transcript=ANSWER, voice="nobody", output_format=RAW_16K).read()

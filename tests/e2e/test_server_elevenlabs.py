@@ -79,6 +79,12 @@ def test_sdk_voices_and_errors(client: ElevenLabs) -> None:
     voices = client.voices.get_all().voices
     assert VOICE in {voice.voice_id for voice in voices}
     assert client.voices.get(VOICE).category == "premade"
+    searched = client.voices.search(search="af_", page_size=5)
+    assert len(searched.voices) == 5 and searched.has_more and searched.next_page_token
+    more = client.voices.search(search="af_", page_size=5, next_page_token=searched.next_page_token)
+    assert {v.voice_id for v in more.voices}.isdisjoint(v.voice_id for v in searched.voices)
+    models = client.models.list()
+    assert "kokoro" in {model.model_id for model in models}
     with pytest.raises(ApiError) as raised:
         b"".join(client.text_to_speech.convert("nobody", text=SENTENCE))
     assert raised.value.status_code == 404 and raised.value.body["detail"]["status"] == "voice_not_found"

@@ -7,7 +7,7 @@ them, without a LiveKit room: they need only an HTTP session."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,11 +16,10 @@ import pytest
 
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess, no_tracebacks
-from tests.support.voice_agents import TimedWord, check_timings, speech
+from tests.support.voice_agents import TimedWord, check_timings, heard, patient, speak_streamed, speech
 
 if TYPE_CHECKING:
-    from livekit.agents import APIConnectOptions
-    from livekit.agents.tts import TTS, SynthesizedAudio
+    from livekit.agents.tts import TTS
 
 VOICE = "af_heart"
 KEY = "sk-livekit"
@@ -31,16 +30,6 @@ ANSWERS = (
 )
 """Two agents' answers of several sentences, spoken at once: the pauses between sentences are where the timings are
 held against the sound."""
-PATIENCE_S = 60.0
-"""The plugins' `conn_options.timeout` for these tests: LiveKit gives up on a stream that gets no audio for 10 s,
-and on a busy 2-core CPU two contexts' phrases, taking turns, can take longer than that (a GPU takes well under)."""
-
-
-def patient() -> APIConnectOptions:
-    """Connection options that wait PATIENCE_S and never retry: a failure is the test's, not hidden by a retry."""
-    from livekit.agents import APIConnectOptions
-
-    return APIConnectOptions(max_retry=0, timeout=PATIENCE_S)
 
 
 @pytest.fixture(scope="module")
@@ -52,40 +41,6 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
     yield server
     no_tracebacks(server)
     server.stop()
-
-
-async def heard(events: AsyncIterable[SynthesizedAudio]) -> tuple[np.ndarray, set[int], list[TimedWord], set[str]]:
-    """A plugin's output as an agent's session consumes it: the audio frames (their samples and rates), the timed
-    words LiveKit attaches to them (its aligned transcript) and the request ids."""
-    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
-    from livekit.agents.utils import is_given
-
-    samples: list[np.ndarray] = []
-    rates: set[int] = set()
-    words: list[TimedWord] = []
-    request_ids: set[str] = set()
-    async for event in events:
-        frame = event.frame
-        samples.append(np.frombuffer(bytes(frame.data), dtype=np.int16))
-        rates.add(frame.sample_rate)
-        request_ids.add(event.request_id)
-        for timed in frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []):
-            # A word runs with its trailing space to the next one's start: only its start marks its sound.
-            assert is_given(timed.start_time) and is_given(timed.end_time) and timed.start_time <= timed.end_time
-            words.append((str(timed).strip(), float(timed.start_time), None))
-    return np.concatenate(samples), rates, words, request_ids
-
-
-async def speak_streamed(tts: TTS, text: str) -> tuple[np.ndarray, set[int], list[TimedWord], set[str]]:
-    """A language model's `text` pushed word by word into one of the plugin's streams (one context), then ended."""
-    stream = tts.stream(conn_options=patient())
-    for word in text.split():
-        stream.push_text(word + " ")
-    stream.end_input()
-    try:
-        return await heard(stream)
-    finally:
-        await stream.aclose()
 
 
 def test_elevenlabs_stream_speaks_several_contexts_on_one_socket(node: ServerProcess) -> None:

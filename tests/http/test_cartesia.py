@@ -61,7 +61,8 @@ def loud(samples: np.ndarray) -> bool:
 
 
 def test_raw_encodings_at_the_rate_asked(client: TestClient, seconds: float) -> None:
-    for encoding, dtype, width in [("pcm_s16le", "<i2", 2), ("pcm_f32le", "<f4", 4), ("pcm_mulaw", "u1", 1)]:
+    encodings = [("pcm_s16le", "<i2", 2), ("pcm_f32le", "<f4", 4), ("pcm_mulaw", "u1", 1), ("pcm_alaw", "u1", 1)]
+    for encoding, dtype, width in encodings:
         for rate in (8000, 16000, 44100):
             response = client.post(f"{BASE}/bytes", json=body(output_format=raw(encoding, rate)), headers=KEY)
             assert response.status_code == 200, response.text
@@ -69,13 +70,18 @@ def test_raw_encodings_at_the_rate_asked(client: TestClient, seconds: float) -> 
             samples = np.frombuffer(response.content, dtype=dtype)
             assert samples.size / rate == pytest.approx(seconds, abs=0.02), (encoding, rate)
             assert len(response.content) == samples.size * width
-            if encoding != "pcm_mulaw":
+            if width > 1:  # G.711's bytes are not samples to measure
                 assert loud(samples)
                 assert np.abs(samples).max() <= (1.0 if dtype == "<f4" else 32767)
 
 
 def test_wav_in_each_encoding_reads_back(client: TestClient, seconds: float) -> None:
-    for encoding, subtype in [("pcm_s16le", "PCM_16"), ("pcm_f32le", "FLOAT"), ("pcm_mulaw", "ULAW")]:
+    for encoding, subtype in [
+        ("pcm_s16le", "PCM_16"),
+        ("pcm_f32le", "FLOAT"),
+        ("pcm_mulaw", "ULAW"),
+        ("pcm_alaw", "ALAW"),
+    ]:
         response = client.post(f"{BASE}/bytes", json=body(output_format=raw(encoding, 22050, "wav")), headers=KEY)
         assert response.status_code == 200 and response.headers["content-type"] == "audio/wav"
         info = soundfile.info(io.BytesIO(response.content))
@@ -300,3 +306,30 @@ def test_socket_key_is_checked_at_the_handshake(client: TestClient) -> None:
     with client.websocket_connect(f"{BASE}/websocket", headers=KEY) as ws:
         ws.send_json(message("k", "Hi."))
         assert until_done(ws)[-1]["type"] == "done"
+
+
+def test_voices_page_by_page_in_cartesia_shape(client: TestClient) -> None:
+    first = client.get("/cartesia/voices", params={"limit": 20}, headers=KEY).json()
+    assert len(first["data"]) == 20 and first["has_more"]
+    heart = next(voice for voice in first["data"] if voice["id"] == "af_heart")
+    assert heart | {"created_at": "", "description": ""} == {
+        "id": "af_heart",
+        "name": "af_heart",
+        "description": "",
+        "tagline": "",
+        "access": "public",
+        "visibility": "all",
+        "is_owner": False,
+        "created_at": "",
+        "language": "en",
+        "locales": [{"locale": "en-US", "is_native": True}],
+        "gender": "feminine",
+    }
+    after = client.get("/cartesia/voices", params={"starting_after": first["data"][-1]["id"]}, headers=KEY).json()
+    assert after["data"] and after["data"][0]["id"] not in {voice["id"] for voice in first["data"]}
+    japanese = client.get("/cartesia/voices", params={"q": "jf_", "gender": "feminine"}, headers=KEY).json()
+    assert [voice["language"] for voice in japanese["data"]] == ["ja"] * 4 and not japanese["has_more"]
+    assert client.get("/cartesia/voices/bf_emma", headers=KEY).json()["locales"][0]["locale"] == "en-GB"
+    missing = client.get("/cartesia/voices/nobody", headers=KEY)
+    assert missing.status_code == 404 and error(missing)["error_code"] == "voice_not_found"
+    assert client.get("/cartesia/voices", params={"limit": 0}, headers=KEY).status_code == 422

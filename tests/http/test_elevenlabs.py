@@ -62,9 +62,10 @@ def test_pcm_comes_at_the_rate_asked(client: TestClient, rate: int) -> None:
     assert loud(samples)
 
 
-def test_ulaw_is_one_byte_per_sample_at_8000(client: TestClient) -> None:
-    response = client.post(f"{SAY}/stream?output_format=ulaw_8000", json={"text": SENTENCE}, headers=KEY)
-    assert response.status_code == 200 and response.headers["content-type"] == "audio/basic"
+@pytest.mark.parametrize(("name", "media_type"), [("ulaw_8000", "audio/basic"), ("alaw_8000", "audio/x-alaw-basic")])
+def test_g711_is_one_byte_per_sample_at_8000(client: TestClient, name: str, media_type: str) -> None:
+    response = client.post(f"{SAY}/stream?output_format={name}", json={"text": SENTENCE}, headers=KEY)
+    assert response.status_code == 200 and response.headers["content-type"] == media_type
     assert len(response.content) / 8000 == pytest.approx(pcm_seconds(client), abs=0.02)
     assert len(set(response.content)) > 50  # speech, not the one byte of silence
 
@@ -166,6 +167,21 @@ def test_voices_in_elevenlabs_shape(client: TestClient) -> None:
     assert client.get(f"{BASE}/voices/af_heart", headers=KEY).json() == heart
     missing = client.get(f"{BASE}/voices/nobody", headers=KEY)
     assert missing.status_code == 404 and detail(missing)["status"] == "voice_not_found"
+
+
+def test_v2_voices_page_by_page(client: TestClient) -> None:
+    first = client.get("/elevenlabs/v2/voices", params={"page_size": 20}, headers=KEY).json()
+    assert len(first["voices"]) == 20 and first["has_more"] and first["total_count"] > 50
+    after = client.get(
+        "/elevenlabs/v2/voices", params={"page_size": 20, "next_page_token": first["next_page_token"]}, headers=KEY
+    ).json()
+    assert not {v["voice_id"] for v in first["voices"]} & {v["voice_id"] for v in after["voices"]}
+    found = client.get(
+        "/elevenlabs/v2/voices", params=[("voice_ids", "af_heart"), ("voice_ids", "bf_emma")], headers=KEY
+    )
+    assert [voice["voice_id"] for voice in found.json()["voices"]] == ["af_heart", "bf_emma"]
+    premade = client.get("/elevenlabs/v2/voices", params={"category": "cloned"}, headers=KEY).json()
+    assert premade == {"voices": [], "has_more": False, "total_count": 0, "next_page_token": None}
 
 
 # --- WebSockets ---------------------------------------------------------------------------------------------------

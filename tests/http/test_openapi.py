@@ -19,6 +19,8 @@ from fastapi.testclient import TestClient
 from tests.support.apps import InProcessApp
 from tests.support.openapi import MAX_TEXT_CHARS, openapi_env, operations
 from voicebank.registration import Registration
+from web.front_spec import front_for
+from web.fronts import FRONTS
 from web.fronts.shared.requests import LiveOptions
 
 ERROR_STATUSES = (400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 503, 507)
@@ -59,9 +61,7 @@ def test_every_error_status_is_documented_with_the_service_error_body(schema: di
     assert "HTTPValidationError" not in json.dumps(schema)  # FastAPI's default 422, which no answer has
     for path, method, operation in operations(schema):
         # /ready's 503 is its answer, not an error: the node's state.
-        body = "OpenAIErrorBody" if path.startswith("/v1/") else "ReadyState" if path == "/ready" else "ErrorBody"
-        body = "ElevenLabsErrorBody" if path.startswith("/elevenlabs/") else body
-        body = "CartesiaErrorBody" if path.startswith("/cartesia/") else body
+        body = "ReadyState" if path == "/ready" else front_for(FRONTS, path).error_model.__name__
         for status, entry in operation["responses"].items():
             if int(status) < 400:
                 continue
@@ -202,6 +202,10 @@ def test_an_unknown_method_is_a_405_that_names_the_allowed_ones(client: TestClie
                 code = body["detail"]["status"]
             elif template.startswith("/cartesia/"):
                 code = body["error_code"]
+            elif template.startswith("/deepgram/"):
+                code = body["err_code"]
+            elif template.startswith("/vapi/"):
+                code = body["error"]["code"]
             else:
                 code = body["error"]["code"] if template.startswith("/v1/") else body["code"]
             assert code == "method_not_allowed"

@@ -183,5 +183,6 @@ def test_a_401_names_every_way_a_key_is_given(keyed: InProcessApp, path: str) ->
     answer = keyed.client.post(path, content=BODIES.get(path, b'{"text": "hi"}'), headers={"xi-api-key": "wrong"})
     assert answer.status_code == 401
     message = json.dumps(answer.json())  # each front's own error shape
-    for way in ("Authorization: Bearer <key>", "xi-api-key: <key>", "X-API-Key: <key>", "`api_key` query parameter"):
+    ways = ("Authorization: Bearer <key>", "Authorization: Token <key>", "xi-api-key: <key>", "X-API-Key: <key>")
+    for way in (*ways, "`api_key`", "`token` query parameter"):
         assert way in message, message

@@ -1,18 +1,23 @@
 """What the end-to-end tests of the voice-agent fronts share: whether a client's audio is speech, whether the word or
-character timings it consumes match that audio, and Pipecat driven as an agent drives it."""
+character timings it consumes match that audio, and Pipecat and LiveKit's plugins driven as an agent drives them."""
 
 from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 import numpy as np
 import soundfile as sf
 
 from bench.asr import SILENCE_DB, Word
 from bench.timings import pause_edges
+
+if TYPE_CHECKING:
+    from livekit.agents import APIConnectOptions
+    from livekit.agents.tts import TTS, SynthesizedAudio
 
 EDGE_TOLERANCE_S = 0.1
 """How far a word's end (start) may lie from where the sound stops (resumes) at a pause: twice bench/timings.py's
@@ -131,3 +136,49 @@ async def pipecat_speak(service: object, text: str, rate: int) -> tuple[np.ndarr
     onset = sound_starts(samples, rate) if stamped else 0.0
     words: list[TimedWord] = [(word, onset + (pts - stamped[0][1]) / 1e9, None) for word, pts in stamped]
     return samples, words
+
+
+PATIENCE_S = 60.0
+"""The plugins' `conn_options.timeout` for these tests: LiveKit gives up on a stream that gets no audio for 10 s,
+and on a busy 2-core CPU two contexts' phrases, taking turns, can take longer than that (a GPU takes well under)."""
+
+
+def patient() -> APIConnectOptions:
+    """Connection options that wait PATIENCE_S and never retry: a failure is the test's, not hidden by a retry."""
+    from livekit.agents import APIConnectOptions
+
+    return APIConnectOptions(max_retry=0, timeout=PATIENCE_S)
+
+
+async def heard(events: AsyncIterable[SynthesizedAudio]) -> tuple[np.ndarray, set[int], list[TimedWord], set[str]]:
+    """A plugin's output as an agent's session consumes it: the audio frames (their samples and rates), the timed
+    words LiveKit attaches to them (its aligned transcript) and the request ids."""
+    from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+    from livekit.agents.utils import is_given
+
+    samples: list[np.ndarray] = []
+    rates: set[int] = set()
+    words: list[TimedWord] = []
+    request_ids: set[str] = set()
+    async for event in events:
+        frame = event.frame
+        samples.append(np.frombuffer(bytes(frame.data), dtype=np.int16))
+        rates.add(frame.sample_rate)
+        request_ids.add(event.request_id)
+        for timed in frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []):
+            # A word runs with its trailing space to the next one's start: only its start marks its sound.
+            assert is_given(timed.start_time) and is_given(timed.end_time) and timed.start_time <= timed.end_time
+            words.append((str(timed).strip(), float(timed.start_time), None))
+    return np.concatenate(samples), rates, words, request_ids
+
+
+async def speak_streamed(tts: TTS, text: str) -> tuple[np.ndarray, set[int], list[TimedWord], set[str]]:
+    """A language model's `text` pushed word by word into one of the plugin's streams (one context), then ended."""
+    stream = tts.stream(conn_options=patient())
+    for word in text.split():
+        stream.push_text(word + " ")
+    stream.end_input()
+    try:
+        return await heard(stream)
+    finally:
+        await stream.aclose()

@@ -1,4 +1,4 @@
-"""Audio as a front asks for it (audio/output.py): resampled piece by piece as if whole, G.711 μ-law byte for byte,
+"""Audio as a front asks for it (audio/output.py): resampled piece by piece as if whole, G.711 μ-law and A-law byte for byte,
 32-bit float samples, codecs at the asked rate and bit rate."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from audio.output import Output, f32le, mulaw, open_output
+from audio.output import Output, alaw, f32le, mulaw, open_output
 
 RATE = 24_000
 
@@ -42,6 +42,17 @@ def test_mulaw_matches_the_reference_encoder() -> None:
     every = np.arange(-32768, 32768, dtype="<i2").tobytes()
     assert mulaw(every) == audioop.lin2ulaw(every, 2)
     assert len(converted(Output("pcm", 8000, encoding="mulaw"), tone())) == 8000
+
+
+def test_alaw_matches_the_reference_encoder() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import audioop
+
+    every = np.arange(-32768, 32768, dtype="<i2").tobytes()
+    assert alaw(every) == audioop.lin2alaw(every, 2)
+    wav = converted(Output("wav", 8000, encoding="alaw"), tone())
+    assert wav[20:22] == (6).to_bytes(2, "little") and len(wav) == 44 + 8000  # WAVE_FORMAT_ALAW, 8 bits a sample
 
 
 def test_f32le_keeps_the_samples() -> None:

@@ -8,7 +8,7 @@ the API docs, read API keys and redact logs. Adding a front: its package here, o
 """
 
 from web.front_spec import Front
-from web.fronts import cartesia, elevenlabs, native, openai
+from web.fronts import cartesia, deepgram, elevenlabs, native, openai, vapi
 
-FRONTS: tuple[Front, ...] = (native.FRONT, openai.FRONT, elevenlabs.FRONT, cartesia.FRONT)
+FRONTS: tuple[Front, ...] = (native.FRONT, openai.FRONT, elevenlabs.FRONT, cartesia.FRONT, deepgram.FRONT, vapi.FRONT)
 """Every front, in the order their routes are mounted and documented."""

@@ -8,17 +8,20 @@ tests drive the routes with); Pipecat's and LiveKit's Cartesia services read the
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from audio.encoding import MEDIA_TYPES
-from audio.output import Output, SampleEncoding
+from audio.output import G711_MEDIA_TYPES, Output, SampleEncoding
 from audio.word_timings import WordTiming
+from engines.base import BuiltinVoice
 from errors import InvalidInput, ServiceError
 from lifecycle.request_context import REQUEST_ID
+from voicebank.voice_entry import VoiceEntry
 from web.fronts.shared.model_ids import model_engine
 
 PREFIX = "/cartesia"
@@ -27,8 +30,13 @@ PREFIX = "/cartesia"
 
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 BIT_RATES = (32000, 64000, 96000, 128000, 192000)
-Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw"]
-_ENCODINGS: dict[str, SampleEncoding] = {"pcm_s16le": "s16le", "pcm_f32le": "f32le", "pcm_mulaw": "mulaw"}
+Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"]
+_ENCODINGS: dict[str, SampleEncoding] = {
+    "pcm_s16le": "s16le",
+    "pcm_f32le": "f32le",
+    "pcm_mulaw": "mulaw",
+    "pcm_alaw": "alaw",
+}
 SPEEDS = {"slow": 0.8, "normal": 1.0, "fast": 1.25}
 """The speaking rate each of Cartesia's named `speed` values means here."""
 
@@ -64,7 +72,7 @@ def _bad_format(message: str) -> InvalidInput:
 
 def media_type(audio: Output) -> str:
     if audio.fmt == "pcm":
-        return "audio/basic" if audio.encoding == "mulaw" else MEDIA_TYPES["pcm"]
+        return G711_MEDIA_TYPES.get(audio.encoding, MEDIA_TYPES["pcm"])
     return MEDIA_TYPES[audio.fmt]
 
 
@@ -189,6 +197,77 @@ class StepClock:
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
         return round(elapsed * 1000, 1)
+
+
+# --- voices -------------------------------------------------------------------------------------------------------
+
+Gender = Literal["feminine", "masculine", "gender_neutral"]
+_GENDERS: dict[str | None, Gender] = {"female": "feminine", "male": "masculine"}
+_LANGUAGES = {"cmn": "zh"}
+"""Our language codes that are not Cartesia's (its are ISO 639-1)."""
+_BUILTIN_CREATED = datetime(2025, 1, 1, tzinfo=UTC)
+"""`created_at` of a built-in voice, which has no registration time: Kokoro v1.0's release."""
+
+
+class VoicesQuery(BaseModel):
+    """The query of `GET .../voices`: a page of at most `limit` voices after (or before) a voice id."""
+
+    model_config = ConfigDict(extra="allow")
+
+    limit: int = Field(10, ge=1, le=100, description="Voices on a page.")
+    starting_after: str | None = Field(None, description="The page after this voice id.")
+    ending_before: str | None = Field(None, description="The page before this voice id.")
+    q: str | None = Field(None, max_length=256, description="Only voices whose id or name contains this.")
+    gender: Gender | None = None
+    is_owner: bool | None = Field(None, description="Only registered voices (true) or only built-in ones (false).")
+
+    def page(self, voices: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The page of `voices` (each a `voice_view`) this asks for, with whether more follow."""
+        found = [
+            voice
+            for voice in voices
+            if (self.q is None or self.q.lower() in voice["id"].lower())
+            and (self.gender is None or voice.get("gender") == self.gender)
+            and (self.is_owner is None or voice["is_owner"] == self.is_owner)
+        ]
+        ids = [voice["id"] for voice in found]
+        if self.ending_before is not None:
+            end = ids.index(self.ending_before) if self.ending_before in ids else 0
+            start = max(0, end - self.limit)
+            return {"data": found[start:end], "has_more": start > 0}
+        if self.starting_after is None:
+            start = 0
+        else:  # past a voice that is gone, or not listed, nothing follows
+            start = ids.index(self.starting_after) + 1 if self.starting_after in ids else len(found)
+        return {"data": found[start : start + self.limit], "has_more": start + self.limit < len(found)}
+
+
+def voice_view(voice: BuiltinVoice | VoiceEntry) -> dict[str, Any]:
+    """One voice in Cartesia's `Voice` shape: built-in voices are public, registered ones the node's own."""
+    builtin = isinstance(voice, BuiltinVoice)
+    voice_id = voice.name if isinstance(voice, BuiltinVoice) else voice.voice_id
+    tag = voice.language or "en-us"
+    language = _LANGUAGES.get(tag.split("-")[0], tag.split("-")[0])
+    locale = "-".join([language, *(part.upper() for part in tag.split("-")[1:])])
+    created = _BUILTIN_CREATED if isinstance(voice, BuiltinVoice) else datetime.fromtimestamp(voice.created_at, UTC)
+    gender = _GENDERS.get(voice.gender) if isinstance(voice, BuiltinVoice) else None
+    return {
+        "id": voice_id,
+        "name": voice_id,
+        "description": f"A {'built-in' if builtin else 'registered'} {voice.engine} voice of this node.",
+        "tagline": "",
+        "access": "public" if builtin else "private",
+        "visibility": "all" if builtin else "owner",
+        "is_owner": not builtin,
+        "created_at": created.isoformat().replace("+00:00", "Z"),
+        "language": language,
+        "locales": [{"locale": locale, "is_native": True}],
+        **({"gender": gender} if gender else {}),
+    }
+
+
+def voices_list(voices: Iterable[BuiltinVoice | VoiceEntry]) -> list[dict[str, Any]]:
+    return [voice_view(voice) for voice in voices]
 
 
 # --- errors -------------------------------------------------------------------------------------------------------

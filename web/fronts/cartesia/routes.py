@@ -1,17 +1,18 @@
 """Cartesia's text-to-speech API, one more front on the same lifecycle: `POST .../tts/bytes` (the audio as it is
-made), `POST .../tts/sse` (server-sent events: `chunk`, `timestamps`, `done`) and the WebSocket `.../tts/websocket`,
-all under PREFIX. Only the shapes differ from the native routes; voices, caches, scheduling, limits, timings and
+made), `POST .../tts/sse` (server-sent events: `chunk`, `timestamps`, `done`), the WebSocket `.../tts/websocket`, and
+the node's voices as `GET .../voices` and `GET .../voices/{id}`, all under PREFIX. Only the shapes differ from the native routes; voices, caches, scheduling, limits, timings and
 metrics are the same."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Collection
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, WebSocket
+from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import StreamingResponse
 
 from audio.output import Output
@@ -27,9 +28,12 @@ from web.fronts.cartesia.protocol import (
     CartesiaErrorBody,
     GenerationRequest,
     StepClock,
+    VoicesQuery,
     event_error,
     media_type,
     resolve_model,
+    voice_view,
+    voices_list,
     word_timestamps,
 )
 from web.fronts.cartesia.socket import serve_socket
@@ -38,6 +42,7 @@ from web.fronts.shared.speaking import counted_refusal, speak_translated
 from web.http_errors import cut_on_failure, websocket_only
 
 router = APIRouter(prefix=PREFIX + "/tts", tags=["cartesia"], route_class=SpeechRoute)
+voices_router = APIRouter(prefix=PREFIX + "/voices", tags=["cartesia"])
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 _ERRORS = api_docs.errors(404, 413, 422, 429, 503, shape=CartesiaErrorBody)
@@ -45,7 +50,9 @@ _AUDIO: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audio in `output_format` as it is made (X-Sample-Rate tells its rate); fields this node "
         "ignores are named in X-Ignored-Parameters.",
-        "content": dict.fromkeys(("application/octet-stream", "audio/basic", "audio/wav", "audio/mpeg"), _BINARY),
+        "content": dict.fromkeys(
+            ("application/octet-stream", "audio/basic", "audio/x-alaw-basic", "audio/wav", "audio/mpeg"), _BINARY
+        ),
     }
 }
 _EVENTS: dict[int | str, dict[str, Any]] = {
@@ -122,3 +129,15 @@ router.add_api_route("/websocket", websocket_only, methods=["GET"], include_in_s
 async def websocket(websocket: WebSocket, service: ServiceDep) -> None:
     """Contexts of text in, audio out (docs/api.md)."""
     await serve_socket(websocket, service)
+
+
+@voices_router.get("")
+async def voices(query: Annotated[VoicesQuery, Query()], service: ServiceDep) -> dict[str, Any]:
+    """A page of this node's voices in Cartesia's shape (`data`, `has_more`): registered ones, then the built-ins."""
+    builtins = (await asyncio.to_thread(service.catalog.builtins)).values()
+    return query.page(voices_list([*service.registry.list(), *builtins]))
+
+
+@voices_router.get("/{voice_id}", responses=api_docs.errors(404, shape=CartesiaErrorBody))
+async def voice(voice_id: str, service: ServiceDep) -> dict[str, Any]:
+    return voice_view(await asyncio.to_thread(service.catalog.get, voice_id))

@@ -3,12 +3,12 @@ WebSockets, voices and models, in its shapes and error body; its clients send th
 
 from web.front_spec import Front, KeyHeader
 from web.fronts.elevenlabs.protocol import PREFIX, ElevenLabsErrorBody, SpeechBody, error_body
-from web.fronts.elevenlabs.routes import router
+from web.fronts.elevenlabs.routes import router, v2_router
 
 FRONT = Front(
     name="elevenlabs",
     prefix=PREFIX,
-    routers=(router,),
+    routers=(router, v2_router),
     error_body=error_body,
     error_model=ElevenLabsErrorBody,
     key_headers=(KeyHeader("xi-api-key", "ElevenLabs' clients"),),

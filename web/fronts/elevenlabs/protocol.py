@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from audio.encoding import MEDIA_TYPES
-from audio.output import Output
+from audio.output import G711_MEDIA_TYPES, Output
 from audio.word_timings import Words, WordTiming
 from engines.base import BuiltinVoice
 from errors import InvalidInput, ServiceError
@@ -35,11 +35,13 @@ _PCM_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 OUTPUT_FORMATS: tuple[str, ...] = (
     *(f"pcm_{rate}" for rate in _PCM_RATES),
     "ulaw_8000",
+    "alaw_8000",
     *(f"mp3_{rate}_{kbps}" for rate in _MP3_RATES for kbps in _BIT_RATES),
     *(f"opus_48000_{kbps}" for kbps in _BIT_RATES),
 )
-"""Every `output_format` answered: raw s16le PCM and μ-law at their rate, MP3 and Ogg Opus at a rate and bit rate."""
-_FORMAT = re.compile(r"(pcm|ulaw|mp3|opus)_(\d+)(?:_(\d+))?")
+"""Every `output_format` answered: raw s16le PCM, μ-law and A-law at their rate, MP3 and Ogg Opus at a rate and bit
+rate."""
+_FORMAT = re.compile(r"(pcm|ulaw|alaw|mp3|opus)_(\d+)(?:_(\d+))?")
 
 
 def output(name: str | None) -> Output:
@@ -54,15 +56,15 @@ def output(name: str | None) -> Output:
     kind, rate, kbps = found.group(1), int(found.group(2)), found.group(3)
     if kind == "pcm":
         return Output("pcm", rate)
-    if kind == "ulaw":
-        return Output("pcm", rate, encoding="mulaw")
+    if kind in ("ulaw", "alaw"):
+        return Output("pcm", rate, encoding="mulaw" if kind == "ulaw" else "alaw")
     return Output("mp3" if kind == "mp3" else "opus", rate, bit_rate=int(kbps) * 1000)
 
 
 def media_type(audio: Output) -> str:
     """Always an `audio/` type, as ElevenLabs answers: LiveKit's plugin refuses any other as not audio."""
-    if audio.encoding == "mulaw":
-        return "audio/basic"
+    if audio.encoding in G711_MEDIA_TYPES:
+        return G711_MEDIA_TYPES[audio.encoding]
     return "audio/pcm" if audio.fmt == "pcm" else MEDIA_TYPES[audio.fmt]
 
 
@@ -293,6 +295,43 @@ def voice_view(voice: BuiltinVoice | VoiceEntry) -> dict[str, Any]:
 
 def voices_list(voices: Iterable[BuiltinVoice | VoiceEntry]) -> dict[str, Any]:
     return {"voices": [voice_view(voice) for voice in voices]}
+
+
+class VoicesSearch(BaseModel):
+    """The query of `GET .../v2/voices`: a page of voices, filtered; filters of ElevenLabs' own library (`sort`,
+    `collection_id`, `fine_tuning_state`, ...) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    page_size: int = Field(10, ge=1, le=100, description="Voices on a page.")
+    next_page_token: str | None = Field(None, max_length=32, description="From the previous page's answer.")
+    search: str | None = Field(None, max_length=256, description="Only voices whose id or labels contain this.")
+    category: str | None = Field(None, description="`premade` (built-in voices) or `cloned` (registered ones).")
+    voice_type: str | None = Field(None, description="`default` (built-in voices), `personal` (registered ones).")
+    voice_ids: list[str] | None = Field(None, max_length=100, description="Only these voices.")
+    include_total_count: bool = True
+
+    def page(self, voices: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """The page of `voices` (each a `voice_view`) this asks for; `next_page_token` is where the next one starts."""
+        wanted = {"default": "premade", "personal": "cloned", "non-default": "cloned"}.get(self.voice_type or "")
+        found = [
+            voice
+            for voice in voices
+            if (self.search is None or self.search.lower() in f"{voice['voice_id']} {voice['labels']}".lower())
+            and (self.category is None or voice["category"] == self.category)
+            and (wanted is None or voice["category"] == wanted)
+            and (self.voice_ids is None or voice["voice_id"] in self.voice_ids)
+        ]
+        token = self.next_page_token or ""
+        start = int(token) if token.isdigit() else 0
+        end = start + self.page_size
+        more = end < len(found)
+        return {
+            "voices": found[start:end],
+            "has_more": more,
+            "total_count": len(found),
+            "next_page_token": str(end) if more else None,
+        }
 
 
 def models_list(engines: Iterable[str]) -> list[dict[str, Any]]:

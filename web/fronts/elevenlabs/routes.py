@@ -1,6 +1,7 @@
 """ElevenLabs' text-to-speech API, one more front on the same lifecycle: `POST .../v1/text-to-speech/{voice_id}`
 (and `/stream`, `/with-timestamps`, `/stream/with-timestamps`), the `stream-input` and `multi-stream-input`
-WebSockets, `GET .../v1/voices`, `GET .../v1/voices/{voice_id}` and `GET .../v1/models`, all under PREFIX. Only the
+WebSockets, `GET .../v1/voices`, `GET .../v2/voices` (pages), `GET .../v1/voices/{voice_id}` and `GET .../v1/models`,
+all under PREFIX. Only the
 shapes differ from the native routes; voices, caches, scheduling, limits, timings and metrics are the same."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from web.fronts.elevenlabs.protocol import (
     ElevenLabsErrorBody,
     SpeechBody,
     TimedAudio,
+    VoicesSearch,
     alignment,
     media_type,
     models_list,
@@ -42,17 +44,18 @@ from web.fronts.shared.speaking import counted_refusal, speak_translated
 from web.http_errors import cut_on_failure, websocket_only
 
 router = APIRouter(prefix=PREFIX + "/v1", tags=["elevenlabs"], route_class=SpeechRoute)
+v2_router = APIRouter(prefix=PREFIX + "/v2", tags=["elevenlabs"])
 
 OutputFormat = Annotated[
     str,
     Query(
-        description=f"One of {', '.join(OUTPUT_FORMATS)}: raw s16le PCM or μ-law at that rate, MP3 or Ogg Opus at a "
+        description=f"One of {', '.join(OUTPUT_FORMATS)}: raw s16le PCM, μ-law or A-law at that rate, MP3 or Ogg Opus at a "
         "rate and bit rate (kbit/s); resampled from the engine's rate where they differ.",
         json_schema_extra={"enum": list(OUTPUT_FORMATS)},
     ),
 ]
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
-_AUDIO_TYPES = ("audio/mpeg", "audio/pcm", "audio/basic", "audio/ogg")
+_AUDIO_TYPES = ("audio/mpeg", "audio/pcm", "audio/basic", "audio/x-alaw-basic", "audio/ogg")
 _ERRORS = api_docs.errors(404, 413, 422, 429, 503, shape=ElevenLabsErrorBody)
 _AUDIO: dict[int | str, dict[str, Any]] = {
     200: {
@@ -176,6 +179,13 @@ async def voices(service: ServiceDep) -> dict[str, Any]:
     """Every voice of this node in ElevenLabs' shape: registered ones (`cloned`), then the built-ins (`premade`)."""
     builtins = (await asyncio.to_thread(service.catalog.builtins)).values()
     return voices_list([*service.registry.list(), *builtins])
+
+
+@v2_router.get("/voices")
+async def search_voices(query: Annotated[VoicesSearch, Query()], service: ServiceDep) -> dict[str, Any]:
+    """A page of this node's voices in ElevenLabs' shape (`voices`, `has_more`, `next_page_token`)."""
+    builtins = (await asyncio.to_thread(service.catalog.builtins)).values()
+    return query.page(voices_list([*service.registry.list(), *builtins])["voices"])
 
 
 @router.get("/voices/{voice_id}", responses=api_docs.errors(404, shape=ElevenLabsErrorBody))

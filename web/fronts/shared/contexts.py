@@ -99,6 +99,16 @@ class JsonSocket:
             except (WebSocketDisconnect, RuntimeError):  # the client went away; RuntimeError: a send after it
                 self.gone = True
 
+    async def send_bytes(self, data: bytes) -> None:
+        """A binary frame (a protocol that sends its audio so), one at a time with the JSON ones."""
+        if self.gone:
+            return
+        async with self._send_lock:
+            try:
+                await self.websocket.send_bytes(data)
+            except (WebSocketDisconnect, RuntimeError):
+                self.gone = True
+
     async def receive(self) -> dict[str, Any] | None:
         """The client's next JSON object; None once it has closed the socket."""
         received = await receive_object(self.websocket)
