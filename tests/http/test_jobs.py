@@ -72,7 +72,7 @@ def test_the_finished_file_has_a_chapter_mark_per_chapter(app: InProcessApp, don
     answer = app.client.get(f"/jobs/{done_job['job_id']}/audio")
     assert answer.status_code == 200 and answer.headers["content-type"] == "audio/mp4"
     assert answer.headers["accept-ranges"] == "bytes"
-    with av.open(io.BytesIO(answer.content)) as container:
+    with av.open(io.BytesIO(answer.content), mode="r") as container:
         chapters = container.chapters()
         assert [c["metadata"]["title"] for c in chapters] == ["One", "Two"]
         samples = sum(frame.samples for frame in container.decode(audio=0))
@@ -82,7 +82,7 @@ def test_the_finished_file_has_a_chapter_mark_per_chapter(app: InProcessApp, don
 def test_one_chapter_is_served_by_its_index(app: InProcessApp, done_job: dict[str, Any]) -> None:
     answer = app.client.get(f"/jobs/{done_job['job_id']}/audio", params={"chapter": 1})
     assert answer.status_code == 200
-    with av.open(io.BytesIO(answer.content)) as container:
+    with av.open(io.BytesIO(answer.content), mode="r") as container:
         seconds = sum(frame.samples for frame in container.decode(audio=0)) / 24_000
     assert seconds == pytest.approx(done_job["chapters"][1]["audio_seconds"], abs=0.2)
     missing = app.client.get(f"/jobs/{done_job['job_id']}/audio", params={"chapter": 2})
