@@ -34,6 +34,7 @@ SPEED_SMOOTHING = 0.3
 KEEPALIVE_S = 15.0
 """A progress event stream with nothing new says it is alive this often."""
 RETENTION_SWEEP_S = 60.0
+WARMING_POLL_S = 0.5
 
 
 class JobRunner:
@@ -270,6 +271,9 @@ class JobRunner:
 
     async def _advance(self, job: JobRecord) -> None:
         """One turn of the job: its next piece, or its finished file once every piece is done."""
+        if self.synthesis.pool.status()[0] == "warming":  # after a start: the default engine loads first
+            await asyncio.sleep(WARMING_POLL_S)
+            return
         piece = self.store.next_piece(job.id)
         if piece is None:
             await self._assemble(job)
@@ -304,6 +308,7 @@ class JobRunner:
             await asyncio.to_thread(self.store.delete, job.id)
             return
         self.store.piece_done(job.id, piece, len(pcm) // 2)
+        log.info("job %s piece %d stored (%d of %d)", job.id, piece.seq, job.pieces_done + 1, job.pieces_total)
         speed = len(piece.text) / max(time.perf_counter() - began, 1e-6)
         previous = self.chars_per_s
         self.chars_per_s = speed if previous is None else previous + SPEED_SMOOTHING * (speed - previous)

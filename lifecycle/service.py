@@ -162,7 +162,7 @@ class Service:
 def build_service(settings: Settings) -> Service:
     gpu = GpuThread()
     # Read at scrape time, once the scheduler and the pool below exist.
-    metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status())
+    metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status(), lambda: jobs.stats())
     pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, metrics.engine_loaded)
     scheduler = Scheduler(
         gpu,
@@ -189,6 +189,7 @@ def build_service(settings: Settings) -> Service:
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
         metrics=metrics,
     )
+    jobs = JobRunner(settings, synthesis)
     return Service(
         settings,
         registry,
@@ -200,5 +201,5 @@ def build_service(settings: Settings) -> Service:
         metrics,
         time.time(),
         UploadBudget(settings.upload_budget_bytes),
-        JobRunner(settings, synthesis),
+        jobs,
     )
