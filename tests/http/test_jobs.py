@@ -1,5 +1,6 @@
 """The job routes in process: a small two-chapter job made for real (Kokoro ONNX), read back whole, by range and by
-chapter, its progress as server-sent events; what a job is refused for; webhooks signed and retried."""
+chapter, its progress as server-sent events; what a job is refused for; webhooks signed and retried; metrics and
+retention; and a stream's steps beside a job's (the fair queue's picks, watched)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,23 @@ import hashlib
 import hmac
 import http.server
 import io
+import itertools
 import json
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import av
 import pytest
 from fastapi.testclient import TestClient
 
+from gpu.fairness import FairQueue
+from gpu.jobs import Job
 from jobs.webhook import SIGNATURE_HEADER, webhook_secret
+from lifecycle.service import Service
 from tests.support.apps import InProcessApp
 from tests.support.polling import wait_until
 
@@ -26,6 +33,7 @@ CHAPTERS = [
     {"title": "Two", "text": "Then the boats went out to sea."},
 ]
 DONE_S = 180.0
+SPOKEN = "Hello there, right now please. Here is a second sentence of the stream, and then a third one follows it."
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +200,69 @@ def test_the_webhook_is_signed_and_retried(app: InProcessApp) -> None:
     event = json.loads(body)
     assert (event["job_id"], event["state"]) == (job_id, "done")
     assert "webhook attempt 1/5 failed: HTTP 500" in app.log()
+
+
+def test_metrics_and_health_show_the_jobs(app: InProcessApp, done_job: dict[str, Any]) -> None:
+    metrics = app.client.get("/metrics").text
+    assert re.search(r'^polytts_jobs\{state="done"\} [1-9]', metrics, re.MULTILINE), metrics
+    assert "polytts_job_queue_depth" in metrics and "polytts_job_chars_per_second" in metrics
+    assert done_job["job_id"] in app.client.get("/health").json()["inventory"]["job"]
+
+
+class Picks:
+    """Every step the fair queue picks, in order, and what ran when each job was admitted (a spy on the queue: the
+    picks themselves are the queue's)."""
+
+    def __init__(self, queue: FairQueue) -> None:
+        self.queue = queue
+        self.picked: list[Job] = []
+        self.busy_at_admission: dict[int, list[Job]] = {}
+        self._pick, self._add = queue.pick, queue.add
+
+    def pick(self, resident: Collection[str]) -> Job | None:
+        job = self._pick(resident)
+        if job is not None:
+            self.picked.append(job)
+        return job
+
+    def add(self, job: Job) -> Job:
+        running = list(self.queue.state.running)
+        admitted = self._add(job)
+        self.busy_at_admission[admitted.id] = running
+        return admitted
+
+
+def test_a_stream_waits_for_one_job_step_at_most(app: InProcessApp) -> None:
+    service: Service = app.client.app.state.service  # type: ignore[attr-defined]
+    queue = service.scheduler.queue
+    picks = Picks(queue)
+    key = {"X-Fairness-Key": "narrator"}
+    text = " ".join(f"Sentence {n} of a chapter is read in the background." for n in range(6))
+    with mock.patch.object(queue, "pick", picks.pick), mock.patch.object(queue, "add", picks.add):
+        job_id = app.client.post("/jobs", json={"text": text}, headers=key).json()["job_id"]
+        wait_until(lambda: any(j.background for j in queue.state.running), DONE_S, "a job step under way")
+        with app.client.stream("POST", "/tts/stream", json={"text": SPOKEN}) as stream:
+            assert stream.status_code == 200
+            audio = b"".join(stream.iter_bytes())
+        app.client.delete(f"/jobs/{job_id}", headers=key)
+    assert audio
+    listener = next(job for job in picks.picked if job.streaming)
+    ahead = picks.busy_at_admission[listener.id]
+    assert [job.background for job in ahead] == [True]  # a job step was under way when the stream came
+    after = picks.picked[picks.picked.index(ahead[0]) + 1 :]
+    steps = [job.background for job in after]
+    first = steps.index(False)
+    assert steps[:first] == []  # the stream's first step came right after the job step under way, or beside it
+    # Between two steps of the stream, at most one job step (while the stream's buffer was full).
+    stream_steps = [n for n, background in enumerate(steps) if not background]
+    assert len(stream_steps) >= 2
+    assert all(later - earlier <= 2 for earlier, later in itertools.pairwise(stream_steps)), steps
+
+
+def test_an_ended_job_is_removed_after_its_retention(tmp_path: Path, assembled_model: Path) -> None:
+    with InProcessApp(tmp_path, POLYTTS_JOB_RETENTION_S="0.5") as short:
+        job_id = short.client.post("/jobs", json={"text": "Gone soon."}).json()["job_id"]
+        wait_until(lambda: short.client.get(f"/jobs/{job_id}").status_code == 404, DONE_S, "the job to be removed")
+        assert f"job {job_id} done" in short.log()
+        assert f"job {job_id} removed" in short.log()
+        assert not (short.settings.jobs_dir / job_id).exists()
