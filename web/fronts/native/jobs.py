@@ -24,9 +24,14 @@ from web.ranges import ranged_bytes, ranged_file
 
 router = APIRouter(tags=["jobs"])
 Principal = Annotated[str, Depends(get_principal)]
-_AUDIO = api_docs.file_answer(
-    "audio/mpeg", "The job's file in its format (or one chapter's), whole or the range asked."
-)
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_AUDIO = {
+    status: {"description": description, "content": dict.fromkeys(JOB_MEDIA_TYPES.values(), _BINARY)}
+    for status, description in (
+        (200, "The job's file in its format (or one chapter's audio)."),
+        (206, "The range of it that `Range` asked for (`Content-Range` says which)."),
+    )
+}
 
 
 def _spec(body: Any) -> JobSpec:
