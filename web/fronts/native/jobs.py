@@ -25,7 +25,7 @@ from web.ranges import ranged_bytes, ranged_file
 router = APIRouter(tags=["jobs"])
 Principal = Annotated[str, Depends(get_principal)]
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
-_AUDIO = {
+_AUDIO: api_docs.Responses = {
     status: {"description": description, "content": dict.fromkeys(JOB_MEDIA_TYPES.values(), _BINARY)}
     for status, description in (
         (200, "The job's file in its format (or one chapter's audio)."),
