@@ -96,6 +96,7 @@ class JobRunner:
         for piece in pieces:
             plan = await self.synthesis.planner.plan(PieceRequest.of(options, piece.text))
             sample_rate = plan.engine.sample_rate
+            await asyncio.sleep(0)  # a book takes seconds to plan: other requests are served in between
         disk = bounds.foreseen_bytes(spec.chars, sample_rate)
         bounds.check_room(settings, key, spec.chars, disk, self.store.every(), settings.retry_after_seconds)
         record = JobRecord(

@@ -210,13 +210,13 @@ def test_metrics_and_health_show_the_jobs(app: InProcessApp, done_job: dict[str,
 
 
 class Picks:
-    """Every step the fair queue picks, in order, and what ran when each job was admitted (a spy on the queue: the
-    picks themselves are the queue's)."""
+    """Every step the fair queue picks, in order, and for each job admitted how many had been picked and which were
+    under way (a spy on the queue: the picks themselves are the queue's)."""
 
     def __init__(self, queue: FairQueue) -> None:
         self.queue = queue
         self.picked: list[Job] = []
-        self.busy_at_admission: dict[int, list[Job]] = {}
+        self.at_admission: dict[int, tuple[int, list[Job]]] = {}
         self._pick, self._add = queue.pick, queue.add
 
     def pick(self, resident: Collection[str]) -> Job | None:
@@ -228,7 +228,7 @@ class Picks:
     def add(self, job: Job) -> Job:
         running = list(self.queue.state.running)
         admitted = self._add(job)
-        self.busy_at_admission[admitted.id] = running
+        self.at_admission[admitted.id] = (len(self.picked), running)
         return admitted
 
 
@@ -247,16 +247,15 @@ def test_a_stream_waits_for_one_job_step_at_most(app: InProcessApp) -> None:
         app.client.delete(f"/jobs/{job_id}", headers=key)
     assert audio
     listener = next(job for job in picks.picked if job.streaming)
-    ahead = picks.busy_at_admission[listener.id]
-    assert [job.background for job in ahead] == [True]  # a job step was under way when the stream came
-    after = picks.picked[picks.picked.index(ahead[0]) + 1 :]
-    steps = [job.background for job in after]
-    first = steps.index(False)
-    assert steps[:first] == []  # the stream's first step came right after the job step under way, or beside it
+    picked_before, under_way = picks.at_admission[listener.id]
+    assert all(job.background for job in under_way) and len(under_way) <= 1  # at most the job step under way
+    assert any(job.background for job in picks.picked[:picked_before])  # the job was running when the stream came
+    steps = picks.picked[picked_before:]
+    assert steps[0] is listener  # no other job step before the stream's first (beside the one under way, or after)
     # Between two steps of the stream, at most one job step (while the stream's buffer was full).
-    stream_steps = [n for n, background in enumerate(steps) if not background]
-    assert len(stream_steps) >= 2
-    assert all(later - earlier <= 2 for earlier, later in itertools.pairwise(stream_steps)), steps
+    of_stream = [n for n, job in enumerate(steps) if job is listener]
+    assert len(of_stream) >= 2
+    assert all(later - earlier <= 2 for earlier, later in itertools.pairwise(of_stream)), steps
 
 
 def test_an_ended_job_is_removed_after_its_retention(tmp_path: Path, assembled_model: Path) -> None:
