@@ -3,10 +3,10 @@ chapter, in the job's format."""
 
 from __future__ import annotations
 
-import io
+import tempfile
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from typing import Literal, get_args
+from typing import BinaryIO, Literal, get_args
 
 import av
 import numpy as np
@@ -24,6 +24,7 @@ MP4_BIT_RATE = 64_000
 """AAC in m4a and m4b, as ADTS AAC is elsewhere: mono speech."""
 MP4_FRAME_SAMPLES = 24_000
 """PCM handed to the AAC encoder at a time."""
+READ_BYTES = 1024 * 1024
 
 Chapter = tuple[str, int, int]
 """A chapter's title and its first and end sample."""
@@ -40,7 +41,7 @@ def encode(
         for seq in parts:
             yield read(seq)
     elif fmt in ("m4a", "m4b"):
-        yield _mp4(sample_rate, parts, read, chapters)
+        yield from _mp4(sample_rate, parts, read, chapters)
     else:
         assert fmt in AUDIO_FORMATS, fmt
         encoder = open_encoder(fmt, sample_rate)
@@ -53,10 +54,21 @@ def encode(
             encoder.close()
 
 
-def _mp4(sample_rate: int, parts: list[int], read: Callable[[int], bytes], chapters: list[Chapter]) -> bytes:
+def _mp4(sample_rate: int, parts: list[int], read: Callable[[int], bytes], chapters: list[Chapter]) -> Iterator[bytes]:
     """AAC in an MP4 container (the `ipod` muxer: what players read as m4a and m4b audiobooks), one chapter mark per
-    chapter. Written to memory, since the muxer seeks back to write its index."""
-    sink = io.BytesIO()
+    chapter. Muxed into a temporary file first, since the muxer seeks back to write its index (a book's file is too
+    large to hold in memory)."""
+    with tempfile.TemporaryFile() as sink:
+        _mux_mp4(sink, sample_rate, parts, read, chapters)
+        sink.seek(0)
+        while data := sink.read(READ_BYTES):
+            yield data
+
+
+def _mux_mp4(
+    sink: BinaryIO, sample_rate: int, parts: list[int], read: Callable[[int], bytes], chapters: list[Chapter]
+) -> None:
+    """The parts' PCM as AAC into `sink` (a seekable file), `chapters` marked."""
     time_base = Fraction(1, sample_rate)
     with av.open(sink, mode="w", format="ipod") as container:
         stream = container.add_stream("aac", rate=sample_rate)
@@ -81,4 +93,3 @@ def _mp4(sample_rate: int, parts: list[int], read: Callable[[int], bytes], chapt
                     container.mux(packet)
         for packet in stream.encode(None):
             container.mux(packet)
-    return sink.getvalue()
