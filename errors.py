@@ -43,6 +43,8 @@ ERRORS: dict[str, ErrorCode] = {
         404, "No voice of that name or id: not a built-in voice, not registered here, not on any peer."
     ),
     "engine_not_found": ErrorCode(404, "No engine of that name."),
+    "job_not_found": ErrorCode(404, "No job of that id belongs to this key on this node (a job lives on its node)."),
+    "chapter_not_found": ErrorCode(404, "The job has no chapter of that index."),
     "model_not_found": ErrorCode(
         404, "The OpenAI `model` is neither an OpenAI speech model nor an engine here; `detail` lists the accepted."
     ),
@@ -59,7 +61,14 @@ ERRORS: dict[str, ErrorCode] = {
         "could not be read (retry).",
     ),
     "builtin_voice": ErrorCode(409, "A built-in voice cannot be deleted."),
+    "job_not_done": ErrorCode(409, "The job's audio is asked for before the job is done."),
     "payload_too_large": ErrorCode(413, "The body is over a limit."),
+    "job_too_long": ErrorCode(
+        413, "A job's text is longer than POLYTTS_MAX_JOB_CHARS, or it has more chapters than POLYTTS_MAX_JOB_CHAPTERS."
+    ),
+    "range_not_satisfiable": ErrorCode(
+        416, "The `Range` asked for lies outside the file (`Content-Range` says its size)."
+    ),
     "body_too_large": ErrorCode(413, "The request body is larger than the route takes."),
     "file_too_large": ErrorCode(413, "A form file is larger than POLYTTS_MAX_UPLOAD_BYTES."),
     "field_too_large": ErrorCode(413, "A form field (not a file) is larger than a field may be."),
@@ -161,6 +170,10 @@ ERRORS: dict[str, ErrorCode] = {
         429, "The request's fairness key has POLYTTS_MAX_PENDING_PER_KEY requests admitted."
     ),
     "engine_queue_full": ErrorCode(429, "The engine has POLYTTS_MAX_PENDING_PER_ENGINE requests admitted."),
+    "job_queue_full": ErrorCode(
+        429,
+        "The key has POLYTTS_MAX_JOBS_PER_KEY jobs, or POLYTTS_MAX_JOB_CHARS_PER_KEY characters, queued or running.",
+    ),
     "server_busy": ErrorCode(
         429, "POLYTTS_MAX_INFLIGHT requests are admitted, or POLYTTS_MAX_QUEUED_CHARS characters wait."
     ),
@@ -196,6 +209,9 @@ ERRORS: dict[str, ErrorCode] = {
         504, "The synthesis was dropped before it finished: it ran past POLYTTS_REQUEST_TIMEOUT_S."
     ),
     "insufficient_storage": ErrorCode(507, "The disk is full (or over quota): nothing was stored."),
+    "job_storage_full": ErrorCode(
+        507, "The job's audio would pass its key's disk bound or the node's jobs quota: delete finished jobs."
+    ),
     "http_error": ErrorCode(None, "Any other error the web framework answered itself, with its status."),
 }
 
@@ -342,3 +358,16 @@ class ClientDisconnected(ServiceError):
     """The client went away before its answer was ready; the status is only logged (nobody receives it)."""
 
     code = "client_disconnected"
+
+
+class RangeNotSatisfiable(ServiceError):
+    """A `Range` outside the file: the answer says the file's size (`Content-Range: bytes */<size>`)."""
+
+    code = "range_not_satisfiable"
+
+    def __init__(self, message: str, *, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "Content-Range": f"bytes */{self.size}"}

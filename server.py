@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Bind first, warm after: the port is open while the default engine loads. In a fleet, the broker warms it.
         in_fleet = fleet.attach(app, service)
         service.start(warm=settings.warm_on_start and not in_fleet)
+        await service.jobs.start()  # jobs a stop or a crash interrupted go on from their last finished piece
         evictor = asyncio.create_task(service.evict_idle())
         log.info(
             "serving %d voices from %s; engines: %s",
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             evictor.cancel()
+            await service.jobs.stop()
             service.stop()
 
     app = FastAPI(title="PolyTTS", lifespan=lifespan, docs_url=None, redoc_url=None)  # routes/docs.py: offline

@@ -23,6 +23,7 @@ from pydantic_settings import SettingsError as SourceError
 from engines import ENGINE_SPECS
 from engines.base import ENV_PREFIX, EngineContext, EngineSettings
 from gpu.scheduling_settings import SchedulingSettings
+from jobs.job_settings import JobSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parent
 
@@ -255,9 +256,15 @@ class ServiceSettings(EngineSettings):
 
 
 # The engine families' settings classes are bases computed at import time, which a type checker cannot follow.
-class Settings(ServiceSettings, SchedulingSettings, *(spec.settings for spec in ENGINE_SPECS)):  # type: ignore[misc]
+class Settings(
+    ServiceSettings,
+    SchedulingSettings,
+    JobSettings,
+    *(spec.settings for spec in ENGINE_SPECS),  # type: ignore[misc]
+):
     """Every field maps onto the environment variable `POLYTTS_<FIELD>` (case-insensitive): the service's own
-    (`ServiceSettings`), the fair queue's (`SchedulingSettings`) and each engine family's."""
+    (`ServiceSettings`), the fair queue's (`SchedulingSettings`), the jobs' (`JobSettings`) and each engine
+    family's."""
 
 
 class SettingsError(Exception):

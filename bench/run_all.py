@@ -40,6 +40,7 @@ BENCHMARKS = (
     "timings",
     "languages",
     "abuse",
+    "jobs",
 )
 """The benchmarks, in the order they run: each is the module `bench.<name>`."""
 

@@ -31,6 +31,7 @@ from engines import ENGINE_SPECS
 from engines.base import ENV_PREFIX
 from errors import ERRORS
 from gpu.scheduling_settings import SchedulingSettings
+from jobs.job_settings import JobSettings
 from settings import PROJECT_ROOT, Settings
 
 log = logging.getLogger("polytts.docs")
@@ -161,6 +162,8 @@ def _section_title(cls: type) -> str:
     what = (
         "Scheduling"
         if cls is SchedulingSettings
+        else "Jobs"
+        if cls is JobSettings
         else "The service"
         if not families
         else f"Engine {families[0]}"

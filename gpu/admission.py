@@ -74,7 +74,9 @@ class Admission:
         """The bound the job would exceed; None when it is admitted. Jobs behind real time and live jobs waiting
         for text hold no place; live jobs waiting for text have bounds of their own."""
         settings = self.state.settings
-        every = self.state.admitted()
+        if job.background:  # jobs/ bounds its own work, and it never takes an interactive request's place
+            return None
+        every = [j for j in self.state.admitted() if not j.background]
         jobs = [j for j in every if not j.detached and not j.awaiting_input]
         # A key shared by unrelated clients (the anonymous key) is bounded per client address, so that one
         # address cannot exhaust it for the others.
@@ -129,7 +131,7 @@ class Admission:
         ahead = list(state.jobs)[: list(state.jobs).index(job) + 1] if state and job in state.jobs else [job]
         own = sum(work_left_s(j) for j in ahead if not j.cancelled.is_set())
         others = [
-            sum(work_left_s(j) for j in other.jobs if not j.detached and not j.cancelled.is_set())
+            sum(work_left_s(j) for j in other.jobs if not j.detached and not j.background and not j.cancelled.is_set())
             for key, other in keys.items()
             if key != job.key
         ]

@@ -62,6 +62,9 @@ class Job:
     """Characters of text of each step, in order: how admission estimates the audio and GPU time still to come."""
     client: str | None = None
     """The client's address: one address holds at most `max_client_share` of the admission slots."""
+    background: bool = False
+    """A step of a background job (jobs/): the lowest class of the queue, picked only when no other job can step and
+    none is under way; it holds no admission place (jobs/ bounds its own)."""
     id: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
     enqueued_at: float = 0.0

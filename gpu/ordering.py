@@ -11,7 +11,9 @@ text chunk and two generations never share a model. Who steps next (`pick`), aft
    divided by its weight; a key's whole-file jobs keep their order;
 4. streams far ahead of their listeners, closest to running dry first;
 5. responses whose readers fell behind real time (detached), once their writer has sent all their audio and asks
-   for more.
+   for more;
+6. background jobs (jobs/: hours of speech made for later), oldest step first, only when no other job can step and
+   no step is under way: a newcomer or a stream waits for at most one background step.
 A key that becomes busy starts level with the least-served busy key (no credit for having been idle), and its
 used time is forgotten once it has been idle for `idle_state_ttl_s`. While one engine is resident, the resident
 engine keeps the thread as long as it has work, until another engine's oldest request has waited
@@ -48,11 +50,14 @@ def pick(state: QueueState, resident: Collection[str], now: float) -> Job | None
             job.cancel("request timed out")
         if job.cancelled.is_set():  # dropping one costs no GPU time: do it first, wherever it waits
             return state.begin_step(job, now, beside=False)
-    candidates = [j for key in state.keys.values() for j in key.jobs if j.is_stream or j.detached]
+    jobs = [j for key in state.keys.values() for j in key.jobs if not j.background]
+    candidates = [j for j in jobs if j.is_stream or j.detached]
     candidates += [head for key in state.keys.values() if (head := _whole_file_head(key))]
     ready = [j for j in candidates if j not in state.running and _can_step(state, j, now)]
     if state.running:
         ready = _alongside(state, ready, now)
+    elif not ready:
+        ready = _background(state, now)
     if not ready:
         return None
     on_resident = [j for j in ready if j.engine in resident]
@@ -160,4 +165,10 @@ def _choose(state: QueueState, ready: list[Job], now: float) -> Job:
 
 
 def _whole_file_head(key: KeyState) -> Job | None:
-    return next((j for j in key.jobs if not j.is_stream and not j.detached), None)
+    return next((j for j in key.jobs if not j.is_stream and not j.detached and not j.background), None)
+
+
+def _background(state: QueueState, now: float) -> list[Job]:
+    """The background job whose last step is oldest (or, never served, which came first), when it can step."""
+    waiting = [j for j in state.admitted() if j.background and _can_step(state, j, now)]
+    return [min(waiting, key=lambda j: (j.last_served_at or j.enqueued_at, j.id))] if waiting else []

@@ -108,7 +108,8 @@ class QueueState:
         state = self.keys.get(job.key)
         if state is not None:
             state.used += seconds
-            state.virtual += seconds / self.settings.weight(job.key)
+            if not job.background:  # background steps run in time nobody else wanted: they cost a key no share
+                state.virtual += seconds / self.settings.weight(job.key)
             state.last_served = state.last_active = job.last_served_at = now
         overlap = self.end_step(job, now)
         self.raise_floor()

@@ -80,6 +80,31 @@ class _StateCollector(Collector):
         yield evictions
 
 
+class _JobCollector(Collector):
+    """Background jobs (jobs/), read from the job table when Prometheus scrapes."""
+
+    STATES = ("queued", "running", "done", "failed", "cancelled")
+
+    def __init__(self, job_stats: Callable[[], dict[str, Any]]) -> None:
+        self.job_stats = job_stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.job_stats()
+        jobs = GaugeMetricFamily("polytts_jobs", "Jobs this node holds, by state", labels=["state"])
+        for state in self.STATES:
+            jobs.add_metric([state], stats["by_state"].get(state, 0))
+        yield jobs
+        yield GaugeMetricFamily("polytts_job_queue_depth", "Jobs queued or running on this node", value=stats["active"])
+        yield GaugeMetricFamily(
+            "polytts_job_chars_waiting", "Characters of jobs still to synthesize", value=stats["chars_waiting"]
+        )
+        yield GaugeMetricFamily(
+            "polytts_job_chars_per_second",
+            "Characters of job text synthesized per second of job work (measured; 0 until a piece is made)",
+            value=stats["chars_per_s"] or 0.0,
+        )
+
+
 class _KeyCollector(Collector):
     """Per fairness key queue depth and GPU time: series labelled by key names, which only callers with a key see."""
 
@@ -100,7 +125,12 @@ class Metrics:
     """Every metric, in two registries: the full one, and the public one without the per-key series (what a caller
     without a key sees on a node with keys)."""
 
-    def __init__(self, queue_stats: Callable[[], dict[str, Any]], manager_status: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        queue_stats: Callable[[], dict[str, Any]],
+        manager_status: Callable[[], dict[str, Any]],
+        job_stats: Callable[[], dict[str, Any]],
+    ) -> None:
         self.requests = Counter(
             "polytts_requests",
             "Synthesis requests by engine, route and outcome",
@@ -143,6 +173,7 @@ class Metrics:
             self.load_seconds,
             self.cache,
             _StateCollector(queue_stats, manager_status),
+            _JobCollector(job_stats),
         ]
         self.registry = CollectorRegistry()
         self.public_registry = CollectorRegistry()

@@ -39,6 +39,9 @@ class RequestContext:
     """Returns once the client has gone away; work the request waits for is then cancelled."""
     close_connection: Callable[[], None] | None = None
     """Closes the client's connection at once, where the server lets it (a reader that never reads is let go so)."""
+    background: bool = False
+    """A piece of a background job (jobs/): its steps run only when no other request needs the GPU thread, with no
+    deadline, and its audio goes to the job's files, not the caches."""
     request_id: str | None = field(default_factory=REQUEST_ID.get)
     """The request's `X-Request-Id`, in its log line (the request being served where the context is made)."""
 

@@ -16,6 +16,7 @@ from gpu.engine_pool import EnginePool, build_engines
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import ANONYMOUS
 from gpu.scheduler import Scheduler
+from jobs.runner import JobRunner
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from lifecycle.synthesis import SynthesisService
@@ -39,6 +40,8 @@ class Service:
     started_at: float
     uploads: UploadBudget
     """Bytes of voice uploads held in memory at once, across requests."""
+    jobs: JobRunner
+    """Background jobs (jobs/): started and stopped by the app's lifespan, around the GPU thread."""
     attached: bool = False
     """Whether a livestack fleet drives this node (`fleet.attach`)."""
 
@@ -124,7 +127,7 @@ class Service:
     def inventory(self) -> dict[str, list[str]]:
         """Voices this node can serve now: registered voices of engines it runs, and every built-in voice."""
         registered = [v.voice_id for v in self.registry.list() if v.engine in self.pool.engines]
-        return {"voice": registered + sorted(self.catalog.builtins())}
+        return {"voice": registered + sorted(self.catalog.builtins()), "job": self.jobs.job_ids()}
 
     def engine_descriptions(self) -> list[dict[str, Any]]:
         """What each engine this node runs takes: the JSON schema of its per-request parameters, whether it clones
@@ -159,7 +162,7 @@ class Service:
 def build_service(settings: Settings) -> Service:
     gpu = GpuThread()
     # Read at scrape time, once the scheduler and the pool below exist.
-    metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status())
+    metrics = Metrics(lambda: scheduler.stats(), lambda: pool.manager.status(), lambda: jobs.stats())
     pool = EnginePool(settings, build_engines(settings, ENGINE_SPECS), gpu, metrics.engine_loaded)
     scheduler = Scheduler(
         gpu,
@@ -186,6 +189,7 @@ def build_service(settings: Settings) -> Service:
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
         metrics=metrics,
     )
+    jobs = JobRunner(settings, synthesis)
     return Service(
         settings,
         registry,
@@ -197,4 +201,5 @@ def build_service(settings: Settings) -> Service:
         metrics,
         time.time(),
         UploadBudget(settings.upload_budget_bytes),
+        jobs,
     )

@@ -85,7 +85,7 @@ class SynthesisService:
         try:
             self.check_open()
             plan = timings.plan = await self.planner.plan(request, ctx.engine, timed)
-            cached = None if plan.timed else await self.cached_pcm(plan)
+            cached = None if plan.timed or ctx.background else await self.cached_pcm(plan)
             if cached is not None:
                 timings.cache = "hit"
                 speech = Speech(plan, timings, ctx, self._cached_stream(timings, cached))
@@ -206,7 +206,7 @@ class SynthesisService:
             finally:
                 engine.release()
 
-        timeout = self.settings.request_timeout_s
+        timeout = 0.0 if ctx.background else self.settings.request_timeout_s
         job = Job(
             engine=engine.name,
             chars=len(plan.text),
@@ -218,6 +218,7 @@ class SynthesisService:
             sample_rate=engine.sample_rate,
             unit_chars=chunks.unit_chars,
             client=ctx.client,
+            background=ctx.background,
             ready=chunks.ready,
             # Live phrases are cut as the text arrives; a planned text's chunks may be cut short again.
             shorten=chunks.shorten if isinstance(chunks, PlannedChunks) else None,
@@ -244,7 +245,8 @@ class SynthesisService:
                 timings.audio_bytes += len(pcm)
                 yield pcm
             outcome = "ok"
-            await self.store(plan, b"".join(pieces))
+            if not job.background:
+                await self.store(plan, b"".join(pieces))
         except ServiceError as exc:
             outcome = "cancelled" if job.cancel_reason == CLIENT_GONE else exc.code
             self._log_failure(plan, timings, exc)

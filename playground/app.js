@@ -1,4 +1,5 @@
-// The PolyTTS playground: pick or blend a voice, speak as the audio streams, add and delete voices, watch /health.
+// The PolyTTS playground: pick or blend a voice, speak as the audio streams, add and delete voices, watch /health,
+// list this key's jobs (jobs.js) and play their audio.
 // Speaking lives in speak.js, voices in voices.js; this module shows the server's status, asks for an API key,
 // and starts the page. `window.polytts.state` exposes what the page did (samples received and scheduled, timings,
 // the word highlighted, last error) for tests, and `window.polytts.player` its audio context.
@@ -6,6 +7,7 @@
 import { apiKey, errorFrom, onKeyNeeded, setApiKey, url } from "./api.js";
 import { parseBlend } from "./blend.js";
 import { detectFeatures } from "./features.js";
+import { initJobs, loadJobs } from "./jobs.js";
 import { $, describe, recordError, say, state } from "./page.js";
 import { initSpeaking, player, renderLanguages, renderTransports, speak, stop, updateTextCount } from "./speak.js";
 import { initVoices, loadVoices, renderCloneEngines } from "./voices.js";
@@ -127,6 +129,7 @@ async function start() {
   });
   initSpeaking();
   initVoices();
+  initJobs();
 
   pollHealth();
   try {
@@ -138,6 +141,7 @@ async function start() {
   renderTransports();
   renderCloneEngines();
   await loadVoices();
+  await loadJobs();
 }
 
 window.polytts = { state, parseBlend, player, speak, stop };

@@ -173,7 +173,7 @@ class VoiceStore:
             for name, data in files.items():
                 _write_bytes(tmp / name, data)
             _write_json(tmp / META_FILE, meta)  # last: a folder with meta.json is a finished one
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             if replace and dest.exists():
                 trash = self.root / f"{_TRASH_PREFIX}{voice_id}-{uuid.uuid4().hex}"
                 os.rename(dest, trash)
@@ -183,7 +183,7 @@ class VoiceStore:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                     raise IdTaken(voice_id) from exc
                 raise
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if trash is not None and trash.exists():
@@ -210,7 +210,7 @@ class VoiceStore:
             os.rename(entry.folder, trash)
         except FileNotFoundError:
             return False
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         _remove_quietly(trash)
         return True
 
@@ -305,7 +305,7 @@ def _write_json(path: Path, meta: VoiceMeta) -> None:
     _write_bytes(path, meta.to_json())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make renames inside `path` durable; some platforms cannot open a folder for this, which is not an error."""
     try:
         fd = os.open(path, os.O_RDONLY)

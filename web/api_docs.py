@@ -60,6 +60,7 @@ _SUMMARY: dict[int, str] = {
     409: "The request conflicts with what is registered.",
     413: "Too large.",
     415: "The body's media type is not one the route takes.",
+    416: "The range asked for lies outside the file.",
     422: "A value is invalid.",
     429: "At a configured bound: retry after Retry-After seconds, here or on another node.",
     503: "Not now: retry after Retry-After seconds, here or on another node.",

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from errors import InvalidInput, ServiceError, Unauthorized
 from gpu.jobs import ANONYMOUS
+from jobs.webhook import webhook_secret
 from web.front_spec import Front
 from web.http_errors import refuse
 
@@ -53,6 +54,8 @@ class Identity:
     """The fairness key the request counts against."""
     admin: bool
     """Whether it may use the admin routes: it holds an admin key, or the node has no keys at all."""
+    webhook_secret: str = ""
+    """What its jobs' webhooks are signed with, derived from its key (jobs.webhook)."""
 
 
 class ApiKeys:
@@ -76,7 +79,7 @@ class ApiKeys:
         found = None
         for secret, name, admin in self._keys:
             if hmac.compare_digest(secret, given):  # no early exit: every key is compared
-                found = Identity(name, admin)
+                found = Identity(name, admin, webhook_secret(token))
         return found
 
     def query_key(self, query: QueryParams) -> str | None:
@@ -104,7 +107,7 @@ class ApiKeys:
                 f"X-Fairness-Key must be at most {MAX_FAIRNESS_KEY_CHARS} printable characters",
                 code="invalid_fairness_key",
             )
-        return Identity(key or ANONYMOUS, admin=True)
+        return Identity(key or ANONYMOUS, admin=True, webhook_secret=webhook_secret(key or ANONYMOUS))
 
 
 def is_public(path: str, public: tuple[str, ...]) -> bool:

@@ -95,6 +95,9 @@ class HealthLimits(BaseModel):
 
 class Inventory(BaseModel):
     voice: list[str] = Field(description="Registered voices of engines this node runs, then every built-in voice.")
+    job: list[str] = Field(
+        [], description="Ids of the jobs this node holds (a job belongs to the node that took it: docs/fleet.md)."
+    )
 
 
 class VoiceCounts(BaseModel):

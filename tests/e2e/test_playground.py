@@ -23,6 +23,7 @@ from engines.blends import parse_blend
 from errors import InvalidInput
 from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_for_js
 from tests.support.clips import wav_clip
+from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 from tests.support.voices import clone_form
 from web.routes.playground import PLAYGROUND_DIR
@@ -634,3 +635,22 @@ def test_a_failed_engine_is_shown_with_its_reason(browser: Browser, tmp_path: Pa
         context.close()
     finally:
         broken.stop()
+
+
+def test_the_page_lists_the_keys_jobs_and_plays_a_finished_one(
+    page: tuple[Page, Console], server: ServerProcess
+) -> None:
+    tab, console = page
+    made = httpx.post(server.url + "/jobs", json={"text": "A job for the page.", "format": "mp3"}, timeout=60)
+    job_id = made.json()["job_id"]
+    wait_until(
+        lambda: httpx.get(f"{server.url}/jobs/{job_id}", timeout=10).json()["state"] == "done", 180, "the job to end"
+    )
+    tab.click("#jobs-refresh")
+    item = f"#jobs-list li[data-job-id='{job_id}'][data-state='done']"
+    wait_for_js(tab, f'document.querySelector("{item}") !== null', timeout=30)
+    assert "19/19 characters" in tab.inner_text(item)
+    tab.click(f"{item} button")
+    assert wait_for_js(tab, f'document.querySelector("{item} audio").duration || 0', timeout=30) > 0.5
+    assert console.unexpected() == []
+    httpx.delete(f"{server.url}/jobs/{job_id}", timeout=10)

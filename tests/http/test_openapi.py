@@ -23,7 +23,7 @@ from web.front_spec import front_for
 from web.fronts import FRONTS
 from web.fronts.shared.requests import LiveOptions
 
-ERROR_STATUSES = (400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 503, 507)
+ERROR_STATUSES = (400, 401, 403, 404, 408, 409, 413, 415, 416, 422, 429, 503, 507)
 AUDIO_TYPES = {"application/octet-stream", "audio/wav", "audio/mpeg", "audio/ogg", "audio/aac", "audio/flac"}
 SPEECH_HEADERS = {"X-Sample-Rate", "X-Audio-Format", "X-Channels", "X-Engine", "X-Voice-Id", "X-Cache"}
 PUBLIC_PATHS = {"/health", "/ready", "/metrics"}

@@ -23,6 +23,7 @@ def service_env(tmp: Path, **env: str) -> dict[str, str]:
     return {
         "POLYTTS_VOICES_DIR": str(tmp / "voices"),
         "POLYTTS_CACHE_DIR": str(tmp / "cache"),
+        "POLYTTS_JOBS_DIR": str(tmp / "jobs"),
         "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
         # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
         "POLYTTS_QWEN_MODEL": "",

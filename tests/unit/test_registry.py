@@ -795,7 +795,7 @@ def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntr
     so every one of them reaches the final rename together: the worst interleaving two nodes can produce."""
     registries = [VoiceRegistry(root) for _ in registrations]
     barrier = threading.Barrier(len(registrations), timeout=30)
-    real_fsync_dir = voice_store._fsync_dir
+    real_fsync_dir = voice_store.fsync_dir
 
     def fsync_dir(path: Path) -> None:
         real_fsync_dir(path)
@@ -810,8 +810,8 @@ def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntr
         except ServiceError as exc:
             results[i] = (None, exc)
 
-    original = voice_store._fsync_dir
-    voice_store._fsync_dir = fsync_dir
+    original = voice_store.fsync_dir
+    voice_store.fsync_dir = fsync_dir
     try:
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(registrations))]
         for t in threads:
@@ -819,7 +819,7 @@ def _race(root: Path, registrations: list[Registration]) -> list[tuple[VoiceEntr
         for t in threads:
             t.join()
     finally:
-        voice_store._fsync_dir = original
+        voice_store.fsync_dir = original
     return results
 
 

@@ -33,7 +33,8 @@ def test_each_engine_familys_settings_have_their_own_section() -> None:
     sections = [line for line in reference.splitlines() if line.startswith("## ")]
     assert sections[0] == "## The service: `settings.ServiceSettings`"
     assert sections[1] == "## Scheduling: `gpu.scheduling_settings.SchedulingSettings`"
-    assert [section.split(":")[0] for section in sections[2:]] == [
+    assert sections[2] == "## Jobs: `jobs.job_settings.JobSettings`"
+    assert [section.split(":")[0] for section in sections[3:]] == [
         "## Engine `kokoro`",
         "## Engine `voxcpm`",
         "## Engine `qwen`",

@@ -1,14 +1,17 @@
 """Answers of the native speech API beside its audio: the timed answer of `POST /tts` and what `GET /engines`
-says of each engine. Its requests are the service's own (web/fronts/shared/requests.py)."""
+says of each engine; and the jobs' body and answers. Its speech requests are the service's own
+(web/fronts/shared/requests.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from audio.encoding import AudioFormat
 from gpu.engine_pool import EngineStatus
+from jobs.assembly import JobFormat
+from web.fronts.shared.requests import TTSRequest
 
 
 class WordTimingView(BaseModel):
@@ -50,3 +53,77 @@ class EngineCatalog(BaseModel):
 
     engines: list[EngineDescription]
     languages: list[LanguageDescription]
+
+
+class ChapterText(BaseModel):
+    """One chapter of a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field("", max_length=200, description="Its title: the chapter mark's name in m4a and m4b.")
+    text: str = Field(description="Its text.")
+
+
+JobRequest = create_model(
+    "JobRequest",
+    __base__=TTSRequest,
+    __doc__="Body of `POST /jobs`: a text or chapters, a format, and every option of `POST /tts`.",
+    text=(
+        str | None,
+        Field(None, description="The whole text (one chapter); or give `chapters`. POLYTTS_MAX_JOB_CHARS at most."),
+    ),
+    chapters=(
+        list[ChapterText] | None,
+        Field(None, min_length=1, description="The chapters, in order; or give `text`."),
+    ),
+    format=(
+        JobFormat,
+        Field("mp3", description="The finished file's format; m4a and m4b (AAC) carry a chapter mark per chapter."),
+    ),
+    webhook_url=(
+        str | None,
+        Field(
+            None,
+            max_length=2000,
+            pattern=r"^https?://",
+            description="Called (POST, JSON, signed: docs/api.md) once the job ends, done or not.",
+        ),
+    ),
+)
+
+
+class ChapterStatus(BaseModel):
+    index: int
+    title: str
+    done: bool
+    audio_seconds: float
+
+
+class JobStatus(BaseModel):
+    """`GET /jobs/{id}`: how far a job is."""
+
+    job_id: str
+    state: Literal["queued", "running", "done", "failed", "cancelled"]
+    node: str = Field(description="The node that holds the job (POLYTTS_HOST_ID): every call about it goes there.")
+    format: JobFormat
+    chars_total: int
+    chars_done: int
+    chapters_total: int
+    chapters_done: int
+    pieces_total: int
+    pieces_done: int
+    audio_seconds: float = Field(description="Audio made so far.")
+    eta_s: float | None = Field(description="Seconds until it is done, from the measured speed (None until measured).")
+    chapters: list[ChapterStatus]
+    error: str | None
+    created_at: float
+    ended_at: float | None
+
+
+class JobPage(BaseModel):
+    """`GET /jobs`: a page of the caller's jobs, newest first."""
+
+    jobs: list[JobStatus]
+    total: int
+    offset: int
+    limit: int

@@ -1,0 +1,101 @@
+"""Jobs on a real server process: a multi-chapter job killed (SIGKILL) at a few points and drained once (SIGTERM),
+restarted each time on the same folders, ends with the same PCM as the same job run without a break; no piece
+stored is ever synthesized again, and the drain stops at a piece boundary."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from audio.encoding import WAV_HEADER_BYTES
+from tests.support.polling import wait_until
+from tests.support.servers import ServerProcess
+
+BOOK = {
+    "format": "wav",
+    "chapters": [
+        {"title": "Dawn", "text": "The harbour was quiet at dawn. Gulls sat on the posts. A bell rang once, far away."},
+        {"title": "Noon", "text": "By noon the boats were out. The water was bright. Nobody on shore looked up."},
+        {"title": "Dusk", "text": "At dusk they came back in a line. The lamps were lit. Supper was late again."},
+    ],
+}
+ENV = {"POLYTTS_KOKORO_BACKEND": "onnx", "POLYTTS_JOB_PIECE_CHARS": "60", "POLYTTS_DRAIN_SECONDS": "120"}
+JOB_S = 300.0
+
+
+def status(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"{server.url}/jobs/{job_id}", timeout=30).json()
+    return answer
+
+
+def until(server: ServerProcess, job_id: str, pieces: int) -> dict[str, Any]:
+    """The job's status once at least `pieces` pieces are done."""
+
+    def far_enough() -> dict[str, Any] | None:
+        now = status(server, job_id)
+        return now if now["pieces_done"] >= pieces else None
+
+    return wait_until(far_enough, JOB_S, f"{pieces} pieces of job {job_id}", detail=server.log)
+
+
+def finished_pcm(server: ServerProcess, job_id: str) -> bytes:
+    done = wait_until(lambda: status(server, job_id)["state"] == "done", JOB_S, f"job {job_id}", detail=server.log)
+    assert done
+    audio = httpx.get(f"{server.url}/jobs/{job_id}/audio", timeout=60)
+    assert audio.status_code == 200 and audio.headers["content-type"] == "audio/wav"
+    return audio.content[WAV_HEADER_BYTES:]
+
+
+def restarted(tmp: Path) -> ServerProcess:
+    """A new process on the same voices, cache and jobs folders."""
+    return ServerProcess(tmp, **ENV).start()
+
+
+def test_a_job_killed_and_drained_resumes_to_the_same_pcm(tmp_path: Path, assembled_model: Path) -> None:
+    server = restarted(tmp_path)
+    servers = [server]
+    try:
+        reference = httpx.post(f"{server.url}/jobs", json=BOOK, timeout=60).json()["job_id"]
+        expected = finished_pcm(server, reference)
+        job_id = httpx.post(f"{server.url}/jobs", json=BOOK, timeout=60).json()["job_id"]
+        total = status(server, job_id)["pieces_total"]
+        assert total >= 6
+        wait_until(lambda: status(server, job_id)["state"] == "running", JOB_S, "the job to start")
+        for pieces in (0, 2):  # killed while its first piece is made, then later on
+            until(server, job_id, pieces)
+            assert server.proc is not None
+            server.proc.kill()
+            server.proc.wait()
+            server = restarted(tmp_path)
+            servers.append(server)
+        until(server, job_id, 4)
+        assert server.stop() == 0  # SIGTERM: drained, a clean exit
+        drained = server.log()
+        server = restarted(tmp_path)
+        servers.append(server)
+        assert finished_pcm(server, job_id) == expected
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGTERM)
+            server.proc.wait(30)
+    # The drain let the piece under way finish and started none: every piece it synthesized it stored.
+    assert "SIGTERM: stop requested" in drained
+    synthesized = re.findall(rf"jobs outcome=(\w+) .* id=job-{job_id[:12]}-(\d+)", drained)
+    stored = re.findall(rf"job {job_id} piece (\d+) stored", drained)
+    assert {outcome for outcome, _ in synthesized} <= {"ok"}
+    assert sorted(seq for _, seq in synthesized) == sorted(stored)
+    # No piece is synthesized again once stored, whatever killed the process.
+    log = "".join(s.log() for s in servers)  # in the order the processes ran
+    done: set[str] = set()
+    for line in log.splitlines():
+        if stored_seq := re.search(rf"job {job_id} piece (\d+) stored", line):
+            assert stored_seq[1] not in done, line
+            done.add(stored_seq[1])
+        elif made := re.search(rf"jobs outcome=ok .* id=job-{job_id[:12]}-(\d+)", line):
+            assert made[1] not in done, f"piece {made[1]} synthesized again after it was stored"
+    assert len(done) == total
+    assert log.count(f"job {job_id} queued again after a restart") == 3
