@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from tests.support.apps import InProcessApp
 from tests.support.clips import assert_speech_like, decode_wav, wav_clip
+from tests.support.servers import outcome_line, outcomes, spoken_chars
 from tests.support.voices import clone_form
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -223,3 +224,18 @@ def test_timestamps_where_no_engine_can_time_words(client: TestClient) -> None:
     ).json()["voice_id"]
     answer = client.post("/tts", json={"text": "hi", "voice_id": voice, "timestamps": True})
     assert answer.status_code == 422 and answer.json()["code"] == "timestamps_unsupported"
+
+
+@pytest.mark.slow
+def test_a_live_socket_closed_after_its_end_stops_the_work(client: TestClient, app: InProcessApp) -> None:
+    """The text is over (`end`), and the client goes away after its first audio: nobody hears the rest."""
+    text = "This is a long answer that the listener walks away from before it is over. " * 8
+    before = outcomes(app, "tts/live/ws")
+    with client.websocket_connect("/tts/live/ws?voice_id=af_heart&language=en") as ws:
+        ws.send_json({"text": text})
+        ws.send_json({"end": True})
+        assert ws.receive_json()["type"] == "start"
+        assert ws.receive_bytes()
+        ws.close()
+        line = outcome_line(app, "tts/live/ws", before)
+    assert " outcome=cancelled " in line and 0 < spoken_chars(line) < len(text) / 2, line

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from starlette.types import Receive
 from starlette.websockets import WebSocket
 
-from errors import InvalidInput, ServiceError, invalid_fields
+from errors import ClientDisconnected, InvalidInput, ServiceError, invalid_fields
 from lifecycle.request_context import RequestContext
 from lifecycle.speech import Speech
 from lifecycle.synthesis import SynthesisService
@@ -70,7 +70,7 @@ class LiveSession:
     text: LiveText
     options: LiveOptions
     feeder: asyncio.Task[None]
-    reader: asyncio.Task[None]
+    reader: asyncio.Task[Exception | None]
 
     async def cancel_when_gone(self, receive: Receive) -> None:
         """Once the request body has been read, cancel the synthesis when the client goes away (nobody else reads
@@ -136,6 +136,7 @@ async def open_session(
                 speech.job.cancel(f"{exc.code}: {exc.message}", error=exc)
             raise
 
+    reader.add_done_callback(_cancel_when_closed(speech))
     return LiveSession(speech, text, chosen, asyncio.create_task(feed()), reader)
 
 
@@ -167,14 +168,28 @@ def _apply(item: LiveMessage, text: LiveText, clock: IdleClock) -> bool:
 
 async def _pump(
     raw: AsyncIterator[dict[str, Any]], inbox: asyncio.Queue[dict[str, Any] | BaseException | None]
-) -> None:
-    """The client's messages into a queue, so that waiting for one with a timeout never cancels the reading."""
+) -> Exception | None:
+    """The client's messages into a queue, so that waiting for one with a timeout never cancels the reading; returns
+    what ended them early, if anything did."""
     try:
         async for item in raw:
             await inbox.put(item)
         await inbox.put(None)
     except Exception as exc:  # handed to the feeder: a malformed body, a client gone
         await inbox.put(exc)
+        return exc
+    return None
+
+
+def _cancel_when_closed(speech: Speech) -> Callable[[asyncio.Task[Exception | None]], None]:
+    """A reader's end that cancels the synthesis when the client closed its WebSocket, whatever it said before (its
+    text may be over, the feeder gone): nobody is there to hear the rest."""
+
+    def ended(reader: asyncio.Task[Exception | None]) -> None:
+        if not reader.cancelled() and isinstance(reader.result(), ClientDisconnected) and speech.job is not None:
+            speech.job.cancel()
+
+    return ended
 
 
 async def _next(
