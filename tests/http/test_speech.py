@@ -5,10 +5,13 @@ and the operations routes a client sees beside them (health, readiness, unloadin
 from __future__ import annotations
 
 import base64
+import io
 import json
 from typing import Any
 
+import av
 import pytest
+import soundfile as sf
 from fastapi.testclient import TestClient
 
 from tests.support.apps import InProcessApp
@@ -239,3 +242,36 @@ def test_a_live_socket_closed_after_its_end_stops_the_work(client: TestClient, a
         ws.close()
         line = outcome_line(app, "tts/live/ws", before)
     assert " outcome=cancelled " in line and 0 < spoken_chars(line) < len(text) / 2, line
+
+
+SOUNDFILE_READS = ("wav", "flac", "mp3", "opus")
+"""The formats libsndfile (python-soundfile) decodes: all but ADTS AAC, which only FFmpeg (PyAV) reads."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "opus", "aac", "flac"])
+def test_every_format_from_tts_reads_back_whole_in_soundfile_and_pyav(client: TestClient, fmt: str) -> None:
+    """A file of known length says it: soundfile reads the whole of it (a FLAC's STREAMINFO carries its samples)."""
+    pcm = client.post("/tts", json={"text": SENTENCE, "format": "pcm"}).content
+    seconds = len(pcm) / 2 / 24_000
+    data = client.post("/tts", json={"text": SENTENCE, "format": fmt}).content
+    with av.open(io.BytesIO(data)) as container:
+        decoded = sum(frame.samples / frame.sample_rate for frame in container.decode(audio=0))
+    assert decoded == pytest.approx(seconds, abs=0.1), fmt
+    if fmt in SOUNDFILE_READS:
+        samples, rate = sf.read(io.BytesIO(data), dtype="int16")
+        assert samples.size / rate == pytest.approx(seconds, abs=0.1), fmt
+        if fmt in ("wav", "flac"):  # lossless, and of exactly the length it says
+            assert sf.info(io.BytesIO(data)).frames == samples.size == len(pcm) // 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
+def test_every_streamed_format_reads_back_in_pyav(client: TestClient, fmt: str) -> None:
+    """A stream's length is not known when its header leaves (a streamed FLAC says 0, unknown, as FLAC allows):
+    FFmpeg reads it to its end all the same."""
+    pcm = client.post("/tts", json={"text": SENTENCE, "format": "pcm"}).content
+    data = client.post("/tts/stream", json={"text": SENTENCE, "format": fmt}).content
+    with av.open(io.BytesIO(data)) as container:
+        decoded = sum(frame.samples / frame.sample_rate for frame in container.decode(audio=0))
+    assert decoded == pytest.approx(len(pcm) / 2 / 24_000, abs=0.1), fmt
