@@ -121,6 +121,18 @@ def test_with_timestamps_aligns_every_character(client: TestClient) -> None:
 
 
 @pytest.mark.slow
+def test_with_timestamps_repeated_comes_from_the_cache(client: TestClient, app: InProcessApp) -> None:
+    """Pipecat's ElevenLabs HTTP service always asks for timestamps: its repeats are hits, timings and all."""
+    text = "A repeated answer with its timings."
+    url = f"{SAY}/stream/with-timestamps?output_format=pcm_16000"
+    first = client.post(url, json={"text": text}, headers=KEY)
+    before = outcomes(app, "/stream/with-timestamps")
+    again = client.post(url, json={"text": text}, headers=KEY)
+    assert again.status_code == 200 and again.content == first.content
+    assert " cache=hit " in outcome_line(app, "/stream/with-timestamps", before)
+
+
+@pytest.mark.slow
 def test_stream_with_timestamps_sends_each_chunk_with_its_characters(client: TestClient) -> None:
     text = f"{SENTENCE} I am fine, thank you. This is a longer second sentence that makes its own chunk of audio."
     response = client.post(f"{SAY}/stream/with-timestamps?output_format=pcm_24000", json={"text": text}, headers=KEY)

@@ -356,3 +356,33 @@ def test_deep_json_on_the_cartesia_socket_is_its_error_event(client: TestClient,
         error = ws.receive_json()
     assert error["type"] == "error" and error["error_code"] == "invalid_message" and error["status_code"] == 422
     no_tracebacks(app)
+
+
+# --- word timings from the disk cache ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_word_timings_come_from_the_disk_cache_and_are_checked_like_the_audio(
+    client: TestClient, app: InProcessApp
+) -> None:
+    """A request with word timings is a hit once an identical one stored its timings beside its audio (an untimed
+    one's audio alone is a miss for it, and then has them); a damaged timings entry is a miss, and the answer is the
+    same. This app keeps nothing in memory: every repeat reads the disk."""
+    text = "Timings are kept beside the audio they belong to."
+    cache = app.tmp / "cache" / "pcm"
+    assert client.post("/tts", json={"text": text}).headers["X-Cache"] == "miss"
+    audio_only = set(cache.glob("*.pcm"))
+    first = client.post("/tts", json={"text": text, "timestamps": True})
+    assert first.status_code == 200 and first.headers["X-Cache"] == "miss"
+    (words_entry,) = set(cache.glob("*.pcm")) - audio_only
+    again = client.post("/tts", json={"text": text, "timestamps": True})
+    assert again.headers["X-Cache"] == "hit" and again.json() == first.json()
+    assert [w["word"] for w in again.json()["words"]] == text.split()
+    captions = client.post("/tts", json={"text": text, "format": "vtt"})
+    assert captions.status_code == 200 and "Timings" in captions.text
+    for name, damage in CACHE_DAMAGE.items():
+        damage(words_entry)
+        repaired = client.post("/tts", json={"text": text, "timestamps": True})
+        assert repaired.headers["X-Cache"] == "miss" and repaired.json() == first.json(), name
+        assert client.post("/tts", json={"text": text, "timestamps": True}).headers["X-Cache"] == "hit", name
+    no_tracebacks(app)
