@@ -400,3 +400,16 @@ def test_a_second_close_of_a_closing_context_stops_it(client: TestClient, app: I
         ws.send_json({"close_socket": True})
     assert rest[-1] == {"isFinal": True, "contextId": "turn"}
     assert " outcome=cancelled " in line and spoken_chars(line) < len(LONG) / 2, line
+
+
+@pytest.mark.slow
+def test_the_inactivity_timeout_counts_once_the_closed_contexts_have_finished(client: TestClient) -> None:
+    url = f"{SAY}/multi-stream-input?output_format=pcm_16000&inactivity_timeout=1"
+    with client.websocket_connect(url, headers=KEY) as ws:
+        ws.send_json({"text": "A short answer. ", "context_id": "turn", "flush": True})
+        ws.send_json({"context_id": "turn", "close_context": True})
+        heard = until_final(ws)
+        idle = ws.receive_json()  # nothing more is sent: the socket ends after inactivity_timeout
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_json()
+    assert audio_of(heard, "turn") and idle["error"] == "inactivity_timeout", idle

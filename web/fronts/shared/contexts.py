@@ -166,6 +166,10 @@ class SocketContexts(Generic[First]):
             context.task.cancel()
         context.end()
 
+    def tasks(self) -> set[asyncio.Task[None]]:
+        """The tasks of the contexts open now, still running."""
+        return {context.task for context in self.open.values() if context.task is not None and not context.task.done()}
+
     def ending(self) -> set[asyncio.Task[None]]:
         """The tasks of the contexts speaking the end of their text."""
         return {context.task for context in self.open.values() if context.ended and context.task is not None}
@@ -218,13 +222,17 @@ class ContextSocket(JsonSocket, ABC, Generic[First]):
         try:
             while True:
                 receiver = self._next_message()
-                waits: set[asyncio.Future[Any]] = {receiver, self.left, *self.ends_with()}
+                ends = set(self.ends_with())
+                # A context's end wakes the loop too: the idle timeout may apply from then on.
+                waits: set[asyncio.Future[Any]] = {receiver, self.left, *ends, *self.contexts.tasks()}
                 done, _ = await asyncio.wait(waits, timeout=self.idle_timeout(), return_when="FIRST_COMPLETED")
                 if not done:
                     await self.idle()
                     break
-                if receiver not in done:  # the client has gone, or a task the socket ends with has ended
-                    break
+                if receiver not in done:
+                    if self.gone or done & ends:  # the client has gone, or a task the socket ends with has ended
+                        break
+                    continue
                 try:
                     raw = self._taken()
                 except ServiceError as exc:
