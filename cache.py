@@ -92,3 +92,8 @@ class MemoryCache:
                 "hits": self._hits,
                 "misses": self._misses,
             }
+
+
+def words_key(key: str) -> str:
+    """The key of the word timings stored beside the audio of `key` (an entry of its own in both caches)."""
+    return hashlib.sha256(f"{key}/words".encode("ascii")).hexdigest()

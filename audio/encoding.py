@@ -303,4 +303,19 @@ def encode_whole(fmt: AudioFormat, pcm: bytes, sample_rate: int) -> bytes:
     if fmt == "wav":
         return pcm_to_wav(pcm, sample_rate)
     encoder = open_encoder(fmt, sample_rate)
-    return encoder.feed(pcm) + encoder.finish()
+    whole = encoder.feed(pcm) + encoder.finish()
+    return with_flac_length(whole, len(pcm) // SAMPLE_WIDTH) if fmt == "flac" else whole
+
+
+_STREAMINFO_LENGTH = slice(18, 26)
+"""The bytes of a FLAC file's STREAMINFO (after `fLaC` and the block's header) that end with its total samples."""
+_TOTAL_SAMPLES_BITS = 36
+
+
+def with_flac_length(flac: bytes, samples: int) -> bytes:
+    """A FLAC file whose STREAMINFO says how many samples it holds. An encoder writing to a socket cannot go back to
+    write it, so a stream says 0 (unknown, as FLAC allows); a whole file must say it, or decoders that size their
+    reads from it (libsndfile: python-soundfile) take it for one of 2^63 samples."""
+    field = int.from_bytes(flac[_STREAMINFO_LENGTH], "big")
+    field = field >> _TOTAL_SAMPLES_BITS << _TOTAL_SAMPLES_BITS | samples
+    return flac[: _STREAMINFO_LENGTH.start] + field.to_bytes(8, "big") + flac[_STREAMINFO_LENGTH.stop :]

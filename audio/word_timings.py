@@ -19,6 +19,7 @@ one timing per clause there.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -326,3 +327,34 @@ def _stamp(ms: int, separator: str) -> str:
 
 def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+ChunkWords = list[tuple[int, Words]]
+"""A synthesis's word timings as its audio carried them: after each chunk, the PCM bytes so far and its Words."""
+
+
+def encode_chunk_words(chunks: ChunkWords) -> bytes:
+    """Word timings as a cache entry stores them: JSON, padded with a space to the even length the caches' entries
+    have (they hold s16le samples otherwise)."""
+    data = json.dumps(
+        [[end, [[w.word, w.start, w.end] for w in words.words]] for end, words in chunks],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode("utf-8", "surrogatepass")
+    return data + b" " * (len(data) % 2)
+
+
+def decode_chunk_words(data: bytes, pcm_bytes: int) -> ChunkWords | None:
+    """The word timings of a cache entry, or None where they do not fit the audio they were stored beside (each
+    chunk's end within it, in order, the last at its end)."""
+    try:
+        chunks = [
+            (int(end), Words([WordTiming(str(w), float(s), float(e)) for w, s, e in words]))
+            for end, words in json.loads(data.decode("utf-8", "surrogatepass"))
+        ]
+    except (ValueError, TypeError):
+        return None
+    ends = [end for end, _ in chunks]
+    if not chunks or ends != sorted(ends) or ends[-1] != pcm_bytes:
+        return None
+    return chunks

@@ -46,8 +46,8 @@ class Plan:
     cache_key: str | None
     """None while the engine's checkpoint is unknown: such a synthesis is neither served from nor put in a cache."""
     timed: bool = False
-    """Word timings asked for: the engine times each word, and the synthesis does not come from a cache (which keeps
-    audio only)."""
+    """Word timings asked for: the engine times each word, and a cache hit needs the timings stored beside the
+    audio."""
 
     @property
     def chars(self) -> int:

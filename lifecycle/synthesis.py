@@ -17,8 +17,8 @@ from collections.abc import AsyncGenerator, Iterator
 import numpy as np
 
 from audio.encoding import to_pcm16
-from audio.word_timings import Words
-from cache import MemoryCache
+from audio.word_timings import ChunkWords, Words, decode_chunk_words, encode_chunk_words
+from cache import MemoryCache, words_key
 from errors import ServiceError, Unavailable
 from gpu.engine_pool import EnginePool
 from gpu.jobs import CLIENT_GONE, Job
@@ -85,10 +85,10 @@ class SynthesisService:
         try:
             self.check_open()
             plan = timings.plan = await self.planner.plan(request, ctx.engine, timed)
-            cached = None if plan.timed or ctx.background else await self.cached_pcm(plan)
+            cached = None if ctx.background else await self.cached_audio(plan)
             if cached is not None:
                 timings.cache = "hit"
-                speech = Speech(plan, timings, ctx, self._cached_stream(timings, cached))
+                speech = Speech(plan, timings, ctx, self._cached_stream(timings, *cached))
             else:
                 job = self.submit(plan, ctx, PlannedChunks(plan.chunks, self.settings.short_step_word_cuts))
                 speech = Speech(plan, timings, ctx, self._generated(plan, job, timings), job)
@@ -153,34 +153,65 @@ class SynthesisService:
 
     async def cached_pcm(self, plan: Plan) -> bytes | None:
         """The finished audio of an identical earlier request: from memory, else from disk (off the event loop)."""
+        cached = await self.cached_audio(dataclasses.replace(plan, timed=False))
+        return cached[0] if cached is not None else None
+
+    async def cached_audio(self, plan: Plan) -> tuple[bytes, ChunkWords | None] | None:
+        """The finished audio of an identical earlier request and, for a request with word timings, the timings
+        stored beside it (a hit only with both, each checked as its cache checks it, and the timings against the
+        audio): from memory, else from disk (off the event loop)."""
         if plan.cache_key is None:
             return None
-        pcm = self.memory_cache.get(plan.cache_key)
-        if pcm is None:
-            pcm = await asyncio.to_thread(self.pcm_cache.get, plan.cache_key)
-            if pcm is not None:
-                self.memory_cache.put(plan.cache_key, pcm)
-        self.metrics.cache.labels("hit" if pcm is not None else "miss").inc()
-        return pcm
+        found: tuple[bytes, ChunkWords | None] | None = None
+        pcm = await self._cached(plan.cache_key)
+        if pcm is not None and not plan.timed:
+            found = pcm, None
+        elif pcm is not None and (stored := await self._cached(words_key(plan.cache_key))) is not None:
+            words = decode_chunk_words(stored, len(pcm))
+            found = (pcm, words) if words is not None else None
+        self.metrics.cache.labels("hit" if found is not None else "miss").inc()
+        return found
 
-    async def store(self, plan: Plan, pcm: bytes) -> None:
+    async def _cached(self, key: str) -> bytes | None:
+        entry = self.memory_cache.get(key)
+        if entry is None:
+            entry = await asyncio.to_thread(self.pcm_cache.get, key)
+            if entry is not None:
+                self.memory_cache.put(key, entry)
+        return entry
+
+    async def store(self, plan: Plan, pcm: bytes, words: ChunkWords | None = None) -> None:
+        """Cache a finished synthesis's audio and, where it timed its words, the timings beside it."""
         if not pcm or plan.cache_key is None:
             return
-        self.memory_cache.put(plan.cache_key, pcm)
-        try:
-            await asyncio.to_thread(self.pcm_cache.put, plan.cache_key, pcm)
-        except OSError as exc:  # the request is served all the same; one line says why the entry is missing
-            log.warning("%s", exc)
+        entries = [(plan.cache_key, pcm)]
+        if words:
+            entries.append((words_key(plan.cache_key), encode_chunk_words(words)))
+        for key, entry in entries:
+            self.memory_cache.put(key, entry)
+            try:
+                await asyncio.to_thread(self.pcm_cache.put, key, entry)
+            except OSError as exc:  # the request is served all the same; one line says why the entry is missing
+                log.warning("%s", exc)
 
-    async def _cached_stream(self, timings: Timings, pcm: bytes) -> AsyncGenerator[bytes, None]:
+    async def _cached_stream(
+        self, timings: Timings, pcm: bytes, words: ChunkWords | None
+    ) -> AsyncGenerator[bytes | Words, None]:
+        """A cached answer in slices, each chunk's word timings after its audio where they were asked for."""
         outcome = "cancelled"
         try:
-            for start in range(0, len(pcm), CACHE_SLICE):
-                piece = pcm[start : start + CACHE_SLICE]
-                if timings.first_audio is None:
-                    timings.first_audio = time.perf_counter()
-                timings.audio_bytes += len(piece)
-                yield piece
+            start = 0
+            chunks: list[tuple[int, Words | None]] = [*words] if words else [(len(pcm), None)]
+            for end, chunk_words in chunks:
+                for first in range(start, end, CACHE_SLICE):
+                    piece = pcm[first : min(first + CACHE_SLICE, end)]
+                    if timings.first_audio is None:
+                        timings.first_audio = time.perf_counter()
+                    timings.audio_bytes += len(piece)
+                    yield piece
+                if chunk_words is not None:
+                    yield chunk_words
+                start = end
             outcome = "ok"
         finally:
             self.finish(timings, outcome)
@@ -232,21 +263,25 @@ class SynthesisService:
         the synthesis completed (under its request's key, even where the scheduler cut a step short: the same
         request must find it)."""
         pieces: list[bytes] = []
+        words: ChunkWords = []
+        produced = 0
         outcome = "cancelled"
         try:
             async for samples in job.pieces():
                 if isinstance(samples, Words):
+                    words.append((produced, samples))
                     yield samples
                     continue
                 pcm = to_pcm16(samples)
                 if timings.first_audio is None:
                     timings.first_audio = time.perf_counter()
                 pieces.append(pcm)
+                produced += len(pcm)
                 timings.audio_bytes += len(pcm)
                 yield pcm
             outcome = "ok"
             if not job.background:
-                await self.store(plan, b"".join(pieces))
+                await self.store(plan, b"".join(pieces), words if plan.timed else None)
         except ServiceError as exc:
             outcome = "cancelled" if job.cancel_reason == CLIENT_GONE else exc.code
             self._log_failure(plan, timings, exc)

@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-from collections.abc import Iterator
+import json
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 import pytest
-from elevenlabs import ElevenLabs
+from elevenlabs import ElevenLabs, realtime_tts
 from elevenlabs.core import ApiError
 
-from tests.support.servers import ServerProcess, no_tracebacks
+from tests.support.servers import ServerProcess, no_tracebacks, outcome_line, outcomes, spoken_chars
 from tests.support.voice_agents import (
     PIPECAT_PATIENCE_S,
     TimedWord,
@@ -122,3 +124,106 @@ def test_pipecat_elevenlabs_services(node: ServerProcess, transport: str) -> Non
     assert 4.0 < samples.size / 16000 < 9.0 and speech(samples)
     assert [word for word, _, _ in words] == ANSWER.split()
     assert check_timings(samples, 16000, words) >= 1
+
+
+# --- A client that leaves ------------------------------------------------------------------------------------------
+
+LONG = [f"This is sentence {index} of a long answer that the listener walks away from. " for index in range(8)]
+"""About 40 s of speech: far more than is spoken before a cancel is seen."""
+
+
+def cancelled_line(node: ServerProcess, route: str, before: int) -> str:
+    """The next `route` request's log line: it was cancelled, with only part of its text spoken."""
+    line = outcome_line(node, route, before)
+    assert " outcome=cancelled " in line and 0 < spoken_chars(line) < len("".join(LONG)) / 2, line
+    return line
+
+
+def test_sdk_realtime_left_after_its_text_stops_the_work(
+    client: ElevenLabs, node: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's `convert_realtime` (stream-input) sends all the text and its end, then the caller stops reading
+    after the first audio: the SDK closes its socket, and the node stops."""
+    from websockets.sync.client import connect
+
+    def plain(url: str, **options: Any) -> Any:  # the SDK always says wss://; this node speaks plain ws://
+        return connect(url.replace("wss://", "ws://", 1), **options)
+
+    monkeypatch.setattr(realtime_tts, "connect", plain)
+    before = outcomes(node, "/stream-input")
+    audio = client.text_to_speech.convert_realtime(VOICE, text=iter(LONG), output_format="pcm_16000")
+    assert isinstance(audio, Generator) and next(audio)
+    audio.close()
+    cancelled_line(node, "/stream-input", before)
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [[{"context_id": "turn", "flush": True}, {"context_id": "turn", "close_context": True}], [{"close_socket": True}]],
+    ids=["flushed-and-closed", "close-socket"],
+)
+def test_a_socket_left_after_its_text_stops_the_work(node: ServerProcess, ending: list[dict[str, object]]) -> None:
+    import websockets
+
+    url = node.url.replace("http", "ws") + f"/elevenlabs/v1/text-to-speech/{VOICE}/multi-stream-input"
+
+    async def run() -> None:
+        async with websockets.connect(f"{url}?output_format=pcm_16000", additional_headers={"xi-api-key": KEY}) as ws:
+            await ws.send(json.dumps({"text": "".join(LONG), "context_id": "turn", "flush": True}))
+            for message in ending:
+                await ws.send(json.dumps(message))
+            assert json.loads(await ws.recv()).get("audio")
+
+    before = outcomes(node, "/multi-stream-input")
+    asyncio.run(run())
+    cancelled_line(node, "/multi-stream-input", before)
+
+
+def test_pipecat_barge_in_after_the_turn_stops_the_work(node: ServerProcess) -> None:
+    """Pipecat ends its turn (flush, close_context), then the user speaks over the answer: Pipecat's interruption
+    closes the socket (close_socket, then its own close) and opens another, and the node stops the closed turn."""
+    from pipecat.frames.frames import (
+        EndFrame,
+        Frame,
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.runner import PipelineRunner
+    from pipecat.pipeline.task import PipelineParams, PipelineTask
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+
+    before = outcomes(node, "/multi-stream-input")
+
+    async def run() -> None:
+        playing = asyncio.Event()
+
+        class Listen(FrameProcessor):
+            async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+                await super().process_frame(frame, direction)
+                if isinstance(frame, TTSAudioRawFrame):
+                    playing.set()
+                await self.push_frame(frame, direction)
+
+        service = ElevenLabsTTSService(
+            api_key=KEY,
+            url=node.url.replace("http", "ws") + "/elevenlabs",
+            settings=ElevenLabsTTSService.Settings(voice=VOICE),
+            stop_frame_timeout_s=PIPECAT_PATIENCE_S,
+        )
+        task = PipelineTask(Pipeline([service, Listen()]), params=PipelineParams(audio_out_sample_rate=16000))
+        tokens = [LLMTextFrame(word + " ") for word in "".join(LONG).split()]
+        await task.queue_frames([LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame()])
+        running = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+        await asyncio.wait_for(playing.wait(), 120)  # the answer has begun to play, its turn is over
+        await task.queue_frame(InterruptionFrame())  # the user speaks over it
+        await asyncio.to_thread(outcome_line, node, "/multi-stream-input", before)
+        await task.queue_frame(EndFrame())
+        await asyncio.wait_for(running, 60)
+
+    asyncio.run(run())
+    cancelled_line(node, "/multi-stream-input", before)

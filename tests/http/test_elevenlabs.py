@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
 from tests.support.apps import InProcessApp
+from tests.support.servers import outcome_line, outcomes, spoken_chars
 from web.fronts.elevenlabs.protocol import GenerationConfig
 
 KEY = {"xi-api-key": "sk-el"}
@@ -117,6 +119,18 @@ def test_with_timestamps_aligns_every_character(client: TestClient) -> None:
     check_alignment(body["alignment"], seconds)
     assert body["normalized_alignment"] == body["alignment"]
     assert body["alignment"]["character_end_times_seconds"][-1] > seconds - 0.5  # the last word ends near the end
+
+
+@pytest.mark.slow
+def test_with_timestamps_repeated_comes_from_the_cache(client: TestClient, app: InProcessApp) -> None:
+    """Pipecat's ElevenLabs HTTP service always asks for timestamps: its repeats are hits, timings and all."""
+    text = "A repeated answer with its timings."
+    url = f"{SAY}/stream/with-timestamps?output_format=pcm_16000"
+    first = client.post(url, json={"text": text}, headers=KEY)
+    before = outcomes(app, "/stream/with-timestamps")
+    again = client.post(url, json={"text": text}, headers=KEY)
+    assert again.status_code == 200 and again.content == first.content
+    assert " cache=hit " in outcome_line(app, "/stream/with-timestamps", before)
 
 
 @pytest.mark.slow
@@ -353,3 +367,65 @@ def test_auto_mode_speaks_each_message_as_its_own_phrase(patient: InProcessApp) 
     chars = "".join(c for m in heard if m.get("alignment") and not m.get("error") for c in m["alignment"]["chars"])
     assert chars == "The first sentence ends here. And the second follows it. "
     assert patient.log().count("multi-stream-input outcome=cancelled") == cancelled + 1
+
+
+# --- A client that leaves ------------------------------------------------------------------------------------------
+
+LONG = "This is a long answer that the listener walks away from before it is over. " * 8
+"""About 45 s of speech: far more than is spoken before a cancel is seen."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("route", "ending"),
+    [
+        ("stream-input", [{"text": ""}]),  # stream-input's end of text
+        ("multi-stream-input", [{"context_id": "turn", "flush": True}, {"context_id": "turn", "close_context": True}]),
+        ("multi-stream-input", [{"context_id": "turn", "flush": True}, {"close_socket": True}]),
+    ],
+    ids=["ended-text", "flushed-and-closed", "close-socket"],
+)
+def test_a_client_that_leaves_after_ending_its_text_stops_the_work(
+    client: TestClient, app: InProcessApp, route: str, ending: list[dict[str, Any]]
+) -> None:
+    before = outcomes(app, f"/{route}")
+    with client.websocket_connect(f"{SAY}/{route}?output_format=pcm_16000", headers=KEY) as ws:
+        ws.send_json({"text": LONG, **({"context_id": "turn"} if route.startswith("multi") else {})})
+        for message in ending:
+            ws.send_json(message)
+        assert ws.receive_json().get("audio")
+        ws.close()  # the client goes away after its first audio
+        line = outcome_line(app, f"/{route}", before)
+    assert " outcome=cancelled " in line, line
+    assert 0 < spoken_chars(line) < len(LONG) / 2, line  # the characters actually spoken, not the whole text
+    assert re.search(rf'outcome="cancelled",route="[^"]*/{route}"', client.get("/metrics").text)
+
+
+@pytest.mark.slow
+def test_a_second_close_of_a_closing_context_stops_it(client: TestClient, app: InProcessApp) -> None:
+    """Pipecat's barge-in after the end of a turn: the context was flushed and closed (its text is being spoken to
+    the end), and a second close drops what it still has queued."""
+    before = outcomes(app, "/multi-stream-input")
+    with client.websocket_connect(f"{SAY}/multi-stream-input?output_format=pcm_16000", headers=KEY) as ws:
+        ws.send_json({"text": LONG, "context_id": "turn", "flush": True})
+        ws.send_json({"context_id": "turn", "close_context": True})
+        assert ws.receive_json().get("audio")
+        ws.send_json({"context_id": "turn", "close_context": True})
+        rest = until_final(ws)
+        line = outcome_line(app, "/multi-stream-input", before)
+        ws.send_json({"close_socket": True})
+    assert rest[-1] == {"isFinal": True, "contextId": "turn"}
+    assert " outcome=cancelled " in line and spoken_chars(line) < len(LONG) / 2, line
+
+
+@pytest.mark.slow
+def test_the_inactivity_timeout_counts_once_the_closed_contexts_have_finished(client: TestClient) -> None:
+    url = f"{SAY}/multi-stream-input?output_format=pcm_16000&inactivity_timeout=1"
+    with client.websocket_connect(url, headers=KEY) as ws:
+        ws.send_json({"text": "A short answer. ", "context_id": "turn", "flush": True})
+        ws.send_json({"context_id": "turn", "close_context": True})
+        heard = until_final(ws)
+        idle = ws.receive_json()  # nothing more is sent: the socket ends after inactivity_timeout
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_json()
+    assert audio_of(heard, "turn") and idle["error"] == "inactivity_timeout", idle

@@ -18,7 +18,8 @@ from fastapi.testclient import TestClient
 from engines.base import SynthesisOptions
 from tests.support.apps import InProcessApp
 from tests.support.clips import decode_wav, wav_clip
-from tests.support.servers import no_tracebacks
+from tests.support.polling import wait_until
+from tests.support.servers import no_tracebacks, outcome_line, outcomes
 from tests.support.voices import npy, pack_values
 
 SENTENCE = "Damaged files never stop the server."
@@ -283,3 +284,105 @@ def test_a_full_disk_answers_507_and_leaves_nothing(tmp_path: Path, small_disk: 
         )
         assert small.status_code == 201
         no_tracebacks(server)
+
+
+# --- deeply nested JSON on the live routes and sockets -------------------------------------------------------------
+
+DEEP = "[" * 2000 + "]" * 2000
+"""Enough nesting for a recursive parser to give up: a clear error of each protocol, never a crash or a held place."""
+HELLO = json.dumps({"text": "Hello there, how are you? ", "voice": "af_heart"})
+
+
+def idle(client: TestClient) -> bool:
+    inflight = client.get("/health").json()["inflight"]
+    return inflight["running"] == inflight["waiting"] == inflight["awaiting_text"] == 0
+
+
+def socket_events(client: TestClient, url: str, messages: list[str]) -> tuple[list[dict[str, object]], int]:
+    """Send the messages, then read the socket's JSON events until the node closes it, and its close code."""
+    events = []
+    with client.websocket_connect(url) as ws:
+        for message in messages:
+            ws.send_text(message)
+        while (received := ws.receive())["type"] != "websocket.close":
+            if received.get("text"):
+                events.append(json.loads(received["text"]))
+    return events, received["code"]
+
+
+def test_deep_json_as_a_live_requests_first_line_is_its_error(client: TestClient, app: InProcessApp) -> None:
+    refused = client.post("/tts/live", content=(DEEP + "\n").encode())
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_message", refused.text
+    assert "nested" in refused.json()["message"]
+    no_tracebacks(app)
+
+
+@pytest.mark.slow
+def test_deep_json_after_a_good_live_line_ends_the_request(client: TestClient, app: InProcessApp) -> None:
+    before = outcomes(app, "tts/live")
+    answer = client.post("/tts/live", content=f"{HELLO}\n{DEEP}\n".encode())
+    assert answer.status_code == 200  # the audio had begun: the body is cut
+    assert " outcome=invalid_message " in outcome_line(app, "tts/live", before)
+    assert idle(client)
+    no_tracebacks(app)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", [[], [json.dumps({"text": "Hello there. "})]], ids=["first", "after-a-good-one"])
+def test_deep_json_on_the_live_socket_is_an_error_event_and_a_close(
+    client: TestClient, app: InProcessApp, first: list[str]
+) -> None:
+    events, code = socket_events(client, "/tts/live/ws?voice_id=af_heart", [*first, DEEP])
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "invalid_message", events
+    assert code == 1000
+    wait_until(lambda: idle(client), 30, "the live place to be free", detail=lambda: client.get("/health").json())
+    no_tracebacks(app)
+
+
+@pytest.mark.parametrize("first", [[], [json.dumps({"text": " "})]], ids=["first", "on-an-open-stream"])
+def test_deep_json_on_elevenlabs_stream_input_is_its_error_and_a_close(
+    client: TestClient, app: InProcessApp, first: list[str]
+) -> None:
+    url = "/elevenlabs/v1/text-to-speech/af_heart/stream-input?output_format=pcm_16000"
+    events, code = socket_events(client, url, [*first, DEEP])
+    assert {"error": "invalid_message", "message": "a live message is nested more than 16 deep"} in events, events
+    assert code == 1000
+    no_tracebacks(app)
+
+
+def test_deep_json_on_the_cartesia_socket_is_its_error_event(client: TestClient, app: InProcessApp) -> None:
+    with client.websocket_connect("/cartesia/tts/websocket") as ws:
+        ws.send_text(DEEP)
+        error = ws.receive_json()
+    assert error["type"] == "error" and error["error_code"] == "invalid_message" and error["status_code"] == 422
+    no_tracebacks(app)
+
+
+# --- word timings from the disk cache ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_word_timings_come_from_the_disk_cache_and_are_checked_like_the_audio(
+    client: TestClient, app: InProcessApp
+) -> None:
+    """A request with word timings is a hit once an identical one stored its timings beside its audio (an untimed
+    one's audio alone is a miss for it, and then has them); a damaged timings entry is a miss, and the answer is the
+    same. This app keeps nothing in memory: every repeat reads the disk."""
+    text = "Timings are kept beside the audio they belong to."
+    cache = app.tmp / "cache" / "pcm"
+    assert client.post("/tts", json={"text": text}).headers["X-Cache"] == "miss"
+    audio_only = set(cache.glob("*.pcm"))
+    first = client.post("/tts", json={"text": text, "timestamps": True})
+    assert first.status_code == 200 and first.headers["X-Cache"] == "miss"
+    (words_entry,) = set(cache.glob("*.pcm")) - audio_only
+    again = client.post("/tts", json={"text": text, "timestamps": True})
+    assert again.headers["X-Cache"] == "hit" and again.json() == first.json()
+    assert [w["word"] for w in again.json()["words"]] == text.split()
+    captions = client.post("/tts", json={"text": text, "format": "vtt"})
+    assert captions.status_code == 200 and "Timings" in captions.text
+    for name, damage in CACHE_DAMAGE.items():
+        damage(words_entry)
+        repaired = client.post("/tts", json={"text": text, "timestamps": True})
+        assert repaired.headers["X-Cache"] == "miss" and repaired.json() == first.json(), name
+        assert client.post("/tts", json={"text": text, "timestamps": True}).headers["X-Cache"] == "hit", name
+    no_tracebacks(app)

@@ -5,14 +5,18 @@ and the operations routes a client sees beside them (health, readiness, unloadin
 from __future__ import annotations
 
 import base64
+import io
 import json
 from typing import Any
 
+import av
 import pytest
+import soundfile as sf
 from fastapi.testclient import TestClient
 
 from tests.support.apps import InProcessApp
 from tests.support.clips import assert_speech_like, decode_wav, wav_clip
+from tests.support.servers import outcome_line, outcomes, spoken_chars
 from tests.support.voices import clone_form
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -223,3 +227,55 @@ def test_timestamps_where_no_engine_can_time_words(client: TestClient) -> None:
     ).json()["voice_id"]
     answer = client.post("/tts", json={"text": "hi", "voice_id": voice, "timestamps": True})
     assert answer.status_code == 422 and answer.json()["code"] == "timestamps_unsupported"
+
+
+@pytest.mark.slow
+def test_a_live_socket_closed_after_its_end_stops_the_work(client: TestClient, app: InProcessApp) -> None:
+    """The text is over (`end`), and the client goes away after its first audio: nobody hears the rest."""
+    text = "This is a long answer that the listener walks away from before it is over. " * 8
+    before = outcomes(app, "tts/live/ws")
+    with client.websocket_connect("/tts/live/ws?voice_id=af_heart&language=en") as ws:
+        ws.send_json({"text": text})
+        ws.send_json({"end": True})
+        assert ws.receive_json()["type"] == "start"
+        assert ws.receive_bytes()
+        ws.close()
+        line = outcome_line(app, "tts/live/ws", before)
+    assert " outcome=cancelled " in line and 0 < spoken_chars(line) < len(text) / 2, line
+
+
+def pyav_seconds(data: bytes) -> float:
+    """Seconds of audio FFmpeg decodes from a file or stream, to its end."""
+    with av.open(io.BytesIO(data), mode="r") as container:
+        return sum((frame.samples / frame.sample_rate for frame in container.decode(audio=0)), 0.0)
+
+
+SOUNDFILE_READS = ("wav", "flac", "mp3", "opus")
+"""The formats libsndfile (python-soundfile) decodes: all but ADTS AAC, which only FFmpeg (PyAV) reads."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "opus", "aac", "flac"])
+def test_every_format_from_tts_reads_back_whole_in_soundfile_and_pyav(client: TestClient, fmt: str) -> None:
+    """A file of known length says it: soundfile reads the whole of it (a FLAC's STREAMINFO carries its samples)."""
+    pcm = client.post("/tts", json={"text": SENTENCE, "format": "pcm"}).content
+    seconds = len(pcm) / 2 / 24_000
+    data = client.post("/tts", json={"text": SENTENCE, "format": fmt}).content
+    decoded = pyav_seconds(data)
+    assert decoded == pytest.approx(seconds, abs=0.1), fmt
+    if fmt in SOUNDFILE_READS:
+        samples, rate = sf.read(io.BytesIO(data), dtype="int16")
+        assert samples.size / rate == pytest.approx(seconds, abs=0.1), fmt
+        if fmt in ("wav", "flac"):  # lossless, and of exactly the length it says
+            assert sf.info(io.BytesIO(data)).frames == samples.size == len(pcm) // 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
+def test_every_streamed_format_reads_back_in_pyav(client: TestClient, fmt: str) -> None:
+    """A stream's length is not known when its header leaves (a streamed FLAC says 0, unknown, as FLAC allows):
+    FFmpeg reads it to its end all the same."""
+    pcm = client.post("/tts", json={"text": SENTENCE, "format": "pcm"}).content
+    data = client.post("/tts/stream", json={"text": SENTENCE, "format": fmt}).content
+    decoded = pyav_seconds(data)
+    assert decoded == pytest.approx(len(pcm) / 2 / 24_000, abs=0.1), fmt

@@ -108,3 +108,23 @@ class Logged(Protocol):
 def no_tracebacks(service: Logged) -> None:
     """No error was logged with a stack: clients' mistakes get an answer and a line, not a traceback."""
     assert "Traceback" not in service.log(), service.log()[-4000:]
+
+
+def outcomes(service: Logged, route: str) -> int:
+    """How many requests of `route` have ended so far (a leading "/" tells `/stream-input` from `multi-...`)."""
+    return service.log().count(f"{route} outcome=")
+
+
+def outcome_line(service: Logged, route: str, before: int, timeout: float = 120.0) -> str:
+    """The log line of the next request of `route` after the `before` already ended, once it has ended."""
+
+    def ended() -> str | None:
+        lines = [line for line in service.log().splitlines() if f"{route} outcome=" in line]
+        return lines[before] if len(lines) > before else None
+
+    return wait_until(ended, timeout, f"the {route} request to end", detail=service.log)
+
+
+def spoken_chars(line: str) -> int:
+    """The characters a request's log line says were spoken (a live request's: as far as its phrases went)."""
+    return int(line.split(" chars=")[1].split()[0])

@@ -9,7 +9,18 @@ from typing import cast
 import numpy as np
 import pytest
 
-from audio.word_timings import SOUND_LEAD_S, WordClock, WordSpan, WordTiming, align_words, captions, split_words
+from audio.word_timings import (
+    SOUND_LEAD_S,
+    WordClock,
+    Words,
+    WordSpan,
+    WordTiming,
+    align_words,
+    captions,
+    decode_chunk_words,
+    encode_chunk_words,
+    split_words,
+)
 from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions
 from engines.g2p import G2P
 from engines.kokoro.engine import KokoroEngine
@@ -280,3 +291,16 @@ def test_long_times_and_cjk_clauses() -> None:
     late = [WordTiming("你好，", 3725.0004, 3725.2), WordTiming("世界。", 3725.2, 3725.5)]
     assert captions(late, "vtt") == "WEBVTT\n\n01:02:05.000 --> 01:02:05.500\n你好，世界。\n\n"
     assert captions([WordTiming("a.", 1.0, 1.0)], "srt") == "1\n00:00:01,000 --> 00:00:01,001\na.\n\n"
+
+
+def test_chunk_words_round_trip_and_are_checked_against_their_audio() -> None:
+    chunks = [
+        (4800, Words([WordTiming("Hello,", 0.0, 0.08)])),
+        (9600, Words([WordTiming("naïve", 0.1, 0.15), WordTiming("world.", 0.15, 0.2)])),
+    ]
+    stored = encode_chunk_words(chunks)
+    assert len(stored) % 2 == 0
+    assert decode_chunk_words(stored, 9600) == chunks
+    assert decode_chunk_words(stored, 9602) is None  # not the audio it was stored beside
+    assert decode_chunk_words(stored[:-3], 9600) is None
+    assert decode_chunk_words(b'[[9600, [["a", 0, 1]]], [4800, []]]', 9600) is None  # out of order

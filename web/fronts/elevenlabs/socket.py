@@ -6,9 +6,10 @@ A context's text goes into its live request as it comes (`flush` speaks what is 
 `generation_config.chunk_length_schedule` where it gives one; its audio comes back in the asked `output_format`,
 base64 in `audio` messages as it is made, each phrase's `alignment` after its audio where the engine times words,
 then `isFinal`. `close_context` ends a context: when everything it was sent has been flushed (Pipecat's end of a
-turn: flush, then close), that text is spoken first; otherwise (a barge-in) its work stops at once. A socket that
-sends nothing for `inactivity_timeout` seconds while no context is finishing is closed, and so is every context
-still open when the socket ends.
+turn: flush, then close), that text is spoken first; otherwise (a barge-in), or when the context was closed already,
+its work stops at once. A socket that sends nothing for `inactivity_timeout` seconds while no context is finishing
+is closed, and so is every context still open when the socket ends. What was flushed is spoken only while the
+client is there to hear it: once it has gone, every context's work stops.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
             return False
         context = self.contexts.get(context_id)
         if message.close_context and self.multi:
-            if context is not None:
+            if context is not None and context.ended:
+                self.contexts.cancel(context)  # closed again (a barge-in after the end of a turn): it stops now
+            elif context is not None:
                 self._close(context)
             return True
         if context is None:

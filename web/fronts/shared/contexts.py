@@ -80,9 +80,19 @@ class JsonSocket:
 
     def __init__(self, websocket: WebSocket) -> None:
         self.websocket = websocket
-        self.gone = False
-        """The client has closed the socket, or a send to it failed."""
+        self.left: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """Done once the client has closed the socket, or a send to it failed: nobody hears its contexts then."""
         self._send_lock = asyncio.Lock()
+
+    @property
+    def gone(self) -> bool:
+        """The client has closed the socket, or a send to it failed."""
+        return self.left.done()
+
+    @gone.setter
+    def gone(self, gone: bool) -> None:
+        if gone and not self.left.done():
+            self.left.set_result(None)
 
     @property
     def route(self) -> str:
@@ -166,11 +176,13 @@ class SocketContexts(Generic[First]):
             context.task.cancel()
         context.end()
 
-    async def wait_ended(self) -> None:
-        """Let the contexts whose text is complete finish speaking."""
-        tasks = [context.task for context in self.open.values() if context.ended and context.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+    def tasks(self) -> set[asyncio.Task[None]]:
+        """The tasks of the contexts open now, still running."""
+        return {context.task for context in self.open.values() if context.task is not None and not context.task.done()}
+
+    def ending(self) -> set[asyncio.Task[None]]:
+        """The tasks of the contexts speaking the end of their text."""
+        return {context.task for context in self.open.values() if context.ended and context.task is not None}
 
     async def cancel_all(self) -> None:
         tasks = [context.task for context in self.open.values() if context.task is not None]
@@ -186,12 +198,13 @@ class ContextSocket(JsonSocket, ABC, Generic[First]):
     or silence (`idle`)."""
 
     hears_out_ended: ClassVar[bool] = False
-    """Whether contexts whose text is complete are spoken to their end once the client's messages are over; else
-    every context still open is cancelled at once."""
+    """Whether contexts whose text is complete are spoken to their end once the client's messages are over, while
+    the client is there to hear them; else every context still open is cancelled at once."""
 
     def __init__(self, websocket: WebSocket) -> None:
         super().__init__(websocket)
         self.contexts: SocketContexts[First] = SocketContexts()
+        self._receiver: asyncio.Future[dict[str, Any] | None] | None = None
 
     @abstractmethod
     def idle_timeout(self) -> float | None:
@@ -213,33 +226,58 @@ class ContextSocket(JsonSocket, ABC, Generic[First]):
         """Apply one message; False when the socket is to end."""
 
     async def run(self) -> None:
-        receiver: asyncio.Task[dict[str, Any] | None] | None = None
+        """Serve the socket until its client's messages are over, it has gone, it was idle too long, or a task it
+        ends with has ended; then (`hears_out_ended`) let the ended contexts finish while the client stays; at the
+        end, cancel every context still open (their work stops at once: a client gone hears nothing) and close."""
         try:
             while True:
-                receiver = receiver or asyncio.ensure_future(self.receive())
-                waits = {receiver, *self.ends_with()}
+                receiver = self._next_message()
+                ends = set(self.ends_with())
+                # A context's end wakes the loop too: the idle timeout may apply from then on.
+                waits: set[asyncio.Future[Any]] = {receiver, self.left, *ends, *self.contexts.tasks()}
                 done, _ = await asyncio.wait(waits, timeout=self.idle_timeout(), return_when="FIRST_COMPLETED")
                 if not done:
                     await self.idle()
                     break
                 if receiver not in done:
-                    break
+                    if self.gone or done & ends:  # the client has gone, or a task the socket ends with has ended
+                        break
+                    continue
                 try:
-                    raw = receiver.result()
+                    raw = self._taken()
                 except ServiceError as exc:
                     if await self.bad_frame(exc):
                         continue
                     break
-                finally:
-                    receiver = None
-                if raw is None:  # the client closed the socket
-                    break
-                if not await self.handle(raw):
+                if raw is None or not await self.handle(raw):  # None: the client closed the socket
                     break
             if self.hears_out_ended:
-                await self.contexts.wait_ended()
+                await self._hear_out()
         finally:
-            if receiver is not None:
-                receiver.cancel()
+            if self._receiver is not None:
+                self._receiver.cancel()
             await self.contexts.cancel_all()
             await self.close()
+
+    async def _hear_out(self) -> None:
+        """Let the contexts whose text is complete finish speaking while the client is there to hear them: what it
+        sends meanwhile is read only to notice that it has gone."""
+        while not self.gone and (ending := self.contexts.ending()):
+            receiver = self._next_message()
+            waits: set[asyncio.Future[Any]] = {receiver, self.left, *ending}
+            done, _ = await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+            if receiver in done:
+                with contextlib.suppress(ServiceError):
+                    self._taken()
+
+    def _next_message(self) -> asyncio.Future[dict[str, Any] | None]:
+        """The client's next message, read by one receiver at a time (a wait that ends without it keeps it)."""
+        if self._receiver is None:
+            self._receiver = asyncio.ensure_future(self.receive())
+        return self._receiver
+
+    def _taken(self) -> dict[str, Any] | None:
+        """The message the receiver got (or what it raised); the next one gets a receiver of its own."""
+        assert self._receiver is not None
+        receiver, self._receiver = self._receiver, None
+        return receiver.result()

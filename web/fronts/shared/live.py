@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from starlette.types import Receive
 from starlette.websockets import WebSocket
 
-from errors import InvalidInput, ServiceError, invalid_fields
+from errors import ClientDisconnected, InvalidInput, PayloadTooLarge, ServiceError, invalid_fields
 from lifecycle.request_context import RequestContext
 from lifecycle.speech import Speech
 from lifecycle.synthesis import SynthesisService
@@ -70,7 +70,7 @@ class LiveSession:
     text: LiveText
     options: LiveOptions
     feeder: asyncio.Task[None]
-    reader: asyncio.Task[None]
+    reader: asyncio.Task[Exception | None]
 
     async def cancel_when_gone(self, receive: Receive) -> None:
         """Once the request body has been read, cancel the synthesis when the client goes away (nobody else reads
@@ -135,7 +135,12 @@ async def open_session(
                 # The request's outcome is the client's mistake (or its silence), under that code.
                 speech.job.cancel(f"{exc.code}: {exc.message}", error=exc)
             raise
+        except Exception:  # the messages broke off (the connection went): nobody waits for the rest of the text
+            if speech.job is not None:
+                speech.job.cancel()
+            raise
 
+    reader.add_done_callback(_cancel_when_closed(speech))
     return LiveSession(speech, text, chosen, asyncio.create_task(feed()), reader)
 
 
@@ -167,14 +172,28 @@ def _apply(item: LiveMessage, text: LiveText, clock: IdleClock) -> bool:
 
 async def _pump(
     raw: AsyncIterator[dict[str, Any]], inbox: asyncio.Queue[dict[str, Any] | BaseException | None]
-) -> None:
-    """The client's messages into a queue, so that waiting for one with a timeout never cancels the reading."""
+) -> Exception | None:
+    """The client's messages into a queue, so that waiting for one with a timeout never cancels the reading; returns
+    what ended them early, if anything did."""
     try:
         async for item in raw:
             await inbox.put(item)
         await inbox.put(None)
     except Exception as exc:  # handed to the feeder: a malformed body, a client gone
         await inbox.put(exc)
+        return exc
+    return None
+
+
+def _cancel_when_closed(speech: Speech) -> Callable[[asyncio.Task[Exception | None]], None]:
+    """A reader's end that cancels the synthesis when the client closed its WebSocket, whatever it said before (its
+    text may be over, the feeder gone): nobody is there to hear the rest."""
+
+    def ended(reader: asyncio.Task[Exception | None]) -> None:
+        if not reader.cancelled() and isinstance(reader.result(), ClientDisconnected) and speech.job is not None:
+            speech.job.cancel()
+
+    return ended
 
 
 async def _next(
@@ -203,11 +222,38 @@ async def _next(
         return item
 
 
+MAX_MESSAGE_BYTES = 1024 * 1024
+"""Longest live message over a WebSocket (the NDJSON body's lines are shorter still): far more text than one message
+needs, refused before it is parsed."""
+MAX_NESTING = 16
+"""Deepest nesting of arrays and objects in a live message (its own go three deep)."""
+
+
+def nesting(value: object) -> int:
+    """How deep arrays and objects are nested in a parsed JSON value (without recursion of its own)."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            level.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def parse_object(raw: str | bytes) -> dict[str, Any]:
+    """One live message, a JSON object: bounded in size before it is parsed, and in nesting (a parser's recursion
+    on thousands of nested arrays is the same clear error)."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise PayloadTooLarge(f"a live message is longer than {MAX_MESSAGE_BYTES} bytes", code="message_too_large")
+    deep = False
     try:
         value = json.loads(raw)
+    except RecursionError:
+        deep = True
     except ValueError as exc:
         raise InvalidInput(f"a live message is not JSON: {exc}", code="invalid_message") from None
+    if deep or nesting(value) > MAX_NESTING:
+        raise InvalidInput(f"a live message is nested more than {MAX_NESTING} deep", code="invalid_message")
     if not isinstance(value, dict):
         raise InvalidInput("a live message is a JSON object", code="invalid_message")
     return value
