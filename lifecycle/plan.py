@@ -18,7 +18,10 @@ from engines import FAMILIES
 from engines.base import Engine, Param, SynthesisOptions, VoiceRef
 from errors import InvalidInput, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
+from lexicons.lexicon import Lexicon
+from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
+from lifecycle.pronunciation import Pronouncer
 from lifecycle.requests import ENGINE_PARAMS, SpeechRequest, VoiceRequest
 from settings import Settings
 from text.chunking import Chunk, PhraseSegmenter, collapse_whitespace, is_speakable
@@ -48,6 +51,8 @@ class Plan:
     timed: bool = False
     """Word timings asked for: the engine times each word, and the synthesis does not come from a cache (which keeps
     audio only)."""
+    lexicons: tuple[Lexicon, ...] = ()
+    """The lexicons its text is pronounced with, in precedence order (lifecycle.pronunciation)."""
 
     @property
     def chars(self) -> int:
@@ -58,12 +63,22 @@ class Plan:
 class Planner:
     """Plans requests against the voices this node knows (`VoiceCatalog`) and the engines it runs."""
 
-    def __init__(self, settings: Settings, pool: EnginePool, catalog: VoiceCatalog) -> None:
+    def __init__(
+        self, settings: Settings, pool: EnginePool, catalog: VoiceCatalog, lexicons: LexiconStore | None = None
+    ) -> None:
         self.settings = settings
         self.pool = pool
         self.catalog = catalog
+        self.pronouncer = Pronouncer(
+            lexicons if lexicons is not None else LexiconStore(settings.lexicons_dir),
+            settings.default_lexicons,
+            settings.key_lexicons,
+            settings.max_lexicons_per_request,
+        )
 
-    async def plan(self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False) -> Plan:
+    async def plan(
+        self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False, principal: str | None = None
+    ) -> Plan:
         """The request resolved: its voice and engine, its text as spoken (what limits, chunk caps and the cache key
         count), its chunks and its cache key."""
         written = collapse_whitespace(clean_text(request.text))
@@ -73,7 +88,7 @@ class Planner:
             raise PayloadTooLarge(
                 f"text is {len(written)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
-        plan = await self.plan_voice(request, engine_name, timed)
+        plan = await self.plan_voice(request, engine_name, timed, principal)
         spoken = self.spoken(plan, written)
         text = spoken.text
         # Caps count spoken characters, so one step is one step's worth of audio however the text was written.
@@ -97,10 +112,16 @@ class Planner:
         return dataclasses.replace(plan, text=text, chunks=chunks, cache_key=key)
 
     async def plan_voice(
-        self, request: VoiceRequest, engine_name: str | None = None, timed: bool | None = False
+        self,
+        request: VoiceRequest,
+        engine_name: str | None = None,
+        timed: bool | None = False,
+        principal: str | None = None,
     ) -> Plan:
-        """Everything but the text: the voice, its engine (ready), the language and the engine's parameters. A live
-        request plans this much before its text arrives. `timed` None: word timings where the engine has them."""
+        """Everything but the text: the voice, its engine (ready), the language, the engine's parameters and the
+        lexicons (those the request names in `lexicons`, its key's (`principal`) and the node's). A live request
+        plans this much before its text arrives. `timed` None: word timings where the engine has them."""
+        lexicons = self.pronouncer.lexicons(getattr(request, "lexicons", None), principal)
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
             self.pool.engine_for(self.settings.default_engine)
         voice = await self.catalog.resolve(request.voice_id)
@@ -122,13 +143,13 @@ class Planner:
         engine.check_language(language)
         options = SynthesisOptions(language=language, params=engine_params(engine, request))
         voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
-        return Plan(engine, voice, voice_key, "", [], options, None, timed)
+        return Plan(engine, voice, voice_key, "", [], options, None, timed, lexicons)
 
     def spoken(self, plan: Plan, written: str) -> Spoken:
-        """`written` as the plan's engine will say it, within POLYTTS_MAX_SPOKEN_CHARS (413 `spoken_too_long`); text
+        """`written` as the plan's engine will say it (lexicons and inline phonemes applied), within POLYTTS_MAX_SPOKEN_CHARS (413 `spoken_too_long`); text
         of which the engine reads nothing (every letter of a script the language does not read) is a 422
         `unreadable_text` naming the scripts."""
-        spoken = plan.engine.spoken_text(written, plan.options)
+        spoken = self.pronounced(plan, written)
         if not is_speakable(spoken.text):
             language = plan.options.language
             scripts = " and ".join(unreadable_scripts(written, language)[:3])
@@ -141,6 +162,10 @@ class Planner:
             )
         check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
         return spoken
+
+    def pronounced(self, plan: Plan, text: str) -> Spoken:
+        """`text` as the plan's engine says it with the plan's lexicons and inline phonemes (`Pronouncer.spoken`)."""
+        return self.pronouncer.spoken(text, plan.lexicons, plan.engine, plan.options)
 
     def live_text(self, plan: Plan, wake: Callable[[], None], phrase_chars: tuple[int, int] | None = None) -> LiveText:
         """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
@@ -155,7 +180,7 @@ class Planner:
             PhraseSegmenter(first, cap),
             self.settings.max_text_chars,
             wake,
-            speak=lambda text: plan.engine.spoken_text(text, plan.options),
+            speak=lambda text: self.pronounced(plan, text),
             max_spoken_chars=self.settings.max_spoken_chars,
         )
 

@@ -16,6 +16,7 @@ from gpu.engine_pool import EnginePool, build_engines
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import ANONYMOUS
 from gpu.scheduler import Scheduler
+from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from lifecycle.synthesis import SynthesisService
@@ -41,6 +42,11 @@ class Service:
     """Bytes of voice uploads held in memory at once, across requests."""
     attached: bool = False
     """Whether a livestack fleet drives this node (`fleet.attach`)."""
+
+    @property
+    def lexicons(self) -> LexiconStore:
+        """The lexicons stored on this node (the store the planner pronounces requests with)."""
+        return self.synthesis.planner.pronouncer.store
 
     def start(self, warm: bool) -> None:
         """Start the GPU thread, and (bind first, warm after) load the default engine on it if `warm`."""
@@ -185,6 +191,7 @@ def build_service(settings: Settings) -> Service:
         memory_cache=MemoryCache(settings.memory_cache_bytes),
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
         metrics=metrics,
+        lexicons=LexiconStore(settings.lexicons_dir),
     )
     return Service(
         settings,

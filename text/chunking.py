@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, overload
 
+from text.phoneme_spans import is_phoneme_char
+
 # --- where text may be cut --------------------------------------------------------------------------------------
 
 Pause = Literal["none", "clause", "sentence", "paragraph"]
@@ -400,8 +402,9 @@ def collapse_whitespace(text: str) -> str:
 
 
 def is_speakable(text: str) -> bool:
-    """Whether the text holds something to speak: a letter, a digit or a symbol, not only spaces and punctuation."""
-    return any(unicodedata.category(char)[0] in "LNS" for char in text)
+    """Whether the text holds something to speak: a letter, a digit or a symbol, or phonemes (text.phoneme_spans),
+    not only spaces and punctuation."""
+    return any(unicodedata.category(char)[0] in "LNS" or is_phoneme_char(char) for char in text)
 
 
 def split_sentences(text: str) -> list[str]:
