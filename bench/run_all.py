@@ -39,6 +39,7 @@ BENCHMARKS = (
     "timings",
     "languages",
     "abuse",
+    "lexicon",
 )
 """The benchmarks, in the order they run: each is the module `bench.<name>`."""
 

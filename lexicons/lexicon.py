@@ -9,6 +9,7 @@ changed lexicon is another lexicon: nothing keyed by an id (a compiled matcher, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -46,8 +47,9 @@ class Lexicon:
     """The language its entries are for, as BCP 47 (`xml:lang`), e.g. 'en-US'; None: every language."""
     lexemes: tuple[Lexeme, ...]
 
-    @property
+    @functools.cached_property
     def lexicon_id(self) -> str:
+        """Hashed once: a request names lexicons by id on every use."""
         return hashlib.sha256(self.canonical()).hexdigest()[:16]
 
     def canonical(self) -> bytes:

@@ -10,14 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from engines import FAMILIES
+from engines.base import Engine, SynthesisOptions
 from errors import InvalidInput, NotFound, PayloadTooLarge
 from lexicons.lexicon import Lexeme, Lexicon
 from lexicons.matcher import Matcher
 from lexicons.pls import read_pls, write_pls
 from lexicons.rules import read_rules
 from lexicons.store import LexiconStore
+from lifecycle.pronunciation import Pronouncer
+from settings import load_settings
 from text.cleaning import clean_text
 from text.inline_phonemes import inline_phonemes
+from text.languages import resolve_language
 from text.phoneme_spans import decoded, encode, holds_phonemes, phonemize_spans
 from text.phonemes import KOKORO_SYMBOLS, to_kokoro
 from text.safe_xml import XmlError, parse_xml
@@ -224,3 +229,33 @@ def test_a_rewrite_of_a_rewrite_is_traced_to_the_text_as_written() -> None:
     assert both.text == "Call World Wide Web Consortium at five."
     assert both.written == "Call W3C at 5."
     assert both.written_between(0, both.text.index(" at")) == "Call W3C"
+
+
+def engine(family: str) -> Engine:
+    """A family's engine as the node builds it (not loaded: pronouncing reads no weights)."""
+    settings = load_settings()
+    spec = FAMILIES[family]
+    return spec.build(spec.own_settings(settings), settings.engine_context())
+
+
+def test_a_cloning_engine_gets_the_aliases_and_a_clear_422_for_phonemes(tmp_path: Path) -> None:
+    store = LexiconStore(tmp_path)
+    pronouncer = Pronouncer(store)
+    voxcpm = engine("voxcpm")
+    options = SynthesisOptions(language=resolve_language("en"), params={})
+    said = pronouncer.spoken("The W3C met.", [lexicon()], voxcpm, options)
+    assert said.text == "The World Wide Web Consortium met." and said.written == "The W3C met."
+    for text in ("Kokoro met.", "[Kokoro](/kˈOkəɹO/) met."):
+        with pytest.raises(InvalidInput, match="voxcpm") as refused:
+            pronouncer.spoken(text, [lexicon()], voxcpm, options)
+        assert refused.value.code == "phonemes_unsupported" and refused.value.detail == {"engine": "voxcpm"}
+
+
+def test_kokoro_gets_phoneme_spans_and_its_normalization_still_runs_on_aliases(tmp_path: Path) -> None:
+    numbers = Lexicon("n", None, (Lexeme(("Zorblax",), alias="3 apples"),))
+    options = SynthesisOptions(language=resolve_language("en"), params={})
+    said = Pronouncer(LexiconStore(tmp_path)).spoken(
+        "Zorblax and Kokoro.", [numbers, lexicon()], engine("kokoro"), options
+    )
+    assert said.text == f"three apples and {encode('kˈOkəɹO')}."
+    assert said.written == "Zorblax and Kokoro." and said.written_between(0, len("three apples")) == "Zorblax"
