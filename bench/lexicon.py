@@ -63,6 +63,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     settings = load_settings()
     spec = FAMILIES["kokoro"]
     engine = spec.build(spec.own_settings(settings), settings.engine_context())
+    assert engine is not None, "Kokoro is not built on this node"
     options = SynthesisOptions(language=resolve_language("en"), params={})
     with tempfile.TemporaryDirectory() as folder:
         pronouncer = Pronouncer(LexiconStore(Path(folder)))

@@ -235,7 +235,9 @@ def engine(family: str) -> Engine:
     """A family's engine as the node builds it (not loaded: pronouncing reads no weights)."""
     settings = load_settings()
     spec = FAMILIES[family]
-    return spec.build(spec.own_settings(settings), settings.engine_context())
+    built = spec.build(spec.own_settings(settings), settings.engine_context())
+    assert built is not None
+    return built
 
 
 def test_a_cloning_engine_gets_the_aliases_and_a_clear_422_for_phonemes(tmp_path: Path) -> None:
