@@ -132,6 +132,11 @@ ERRORS: dict[str, ErrorCode] = {
     "invalid_lexicon": ErrorCode(
         422, "A lexicon that is not a PLS 1.0 document or a list of rules: the message names the element or entry."
     ),
+    "invalid_ssml": ErrorCode(
+        422,
+        "SSML this node cannot honour: an unknown element (named), or an attribute out of range; `detail` gives the "
+        "element, its line and column.",
+    ),
     "invalid_lexicon_id": ErrorCode(422, "A lexicon id that is not 16 lowercase hex digits."),
     "malformed_xml": ErrorCode(
         422, "An XML document (a PLS lexicon, SSML) that is not well-formed; `detail` gives the line and column."

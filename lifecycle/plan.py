@@ -30,6 +30,7 @@ from text.languages import resolve_language
 from text.live_text import LiveText
 from text.scripts import unreadable_scripts
 from text.spoken import Spoken, check_spoken_length
+from text.ssml import is_ssml, parse_ssml
 from voicebank.voice_entry import VoiceEntry
 
 MIN_CHARS_PER_GEN = 20
@@ -89,10 +90,14 @@ class Planner:
                 f"text is {len(written)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
         plan = await self.plan_voice(request, engine_name, timed, principal)
-        spoken = self.spoken(plan, written)
-        text = spoken.text
-        # Caps count spoken characters, so one step is one step's worth of audio however the text was written.
-        chunks = spoken.chunks(*chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen))
+        caps = chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen)
+        if is_ssml(written):
+            plan, text, chunks = self.ssml_chunks(plan, written, caps)
+        else:
+            spoken = self.spoken(plan, written)
+            text = spoken.text
+            # Caps count spoken characters, so one step is one step's worth of audio however the text was written.
+            chunks = spoken.chunks(*caps)
         # A registered voice replaced under the same id must not hit audio cached for its old transcript.
         voice = plan.voice
         cache_voice = f"{plan.voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else plan.voice_key
@@ -104,7 +109,7 @@ class Planner:
                 engine=plan.engine.name,
                 checkpoint=checkpoint,
                 # Where the text is cut into generations, and the pauses between them, change the audio too.
-                params={**plan.options.cache_params(), "chunks": [[len(chunk.text), chunk.pause] for chunk in chunks]},
+                params={**plan.options.cache_params(), "chunks": [_chunk_key(chunk) for chunk in chunks]},
             )
             if checkpoint is not None
             else None
@@ -162,6 +167,48 @@ class Planner:
             )
         check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
         return spoken
+
+    def ssml_chunks(self, plan: Plan, document: str, caps: tuple[int, int, int]) -> tuple[Plan, str, list[Chunk]]:
+        """An SSML document's chunks (text.ssml): each segment pronounced in its own language and chunked, its
+        chunks carrying its rate and language and the last one its break; the plan with the document's lexicons
+        (`<lexicon>`) first among its own; the text as spoken, the segments' joined."""
+        engine, options = plan.engine, plan.options
+        ssml = parse_ssml(document, english=options.language.code in ("en-us", "en-gb"))
+        named = [lexicon.lexicon_id for lexicon in plan.lexicons]
+        added = tuple(self.pronouncer.store.get(i) for i in dict.fromkeys(ssml.lexicons) if i not in named)
+        if len(added) + len(named) > self.settings.max_lexicons_per_request:
+            raise InvalidInput(
+                f"the request is pronounced with {len(added) + len(named)} lexicons; the limit is "
+                f"{self.settings.max_lexicons_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
+                code="too_many_lexicons",
+            )
+        plan = dataclasses.replace(plan, lexicons=added + plan.lexicons)
+        first, cap, sentences = caps
+        chunks: list[Chunk] = []
+        texts: list[str] = []
+        for segment in ssml.segments:
+            if segment.rate is not None and "speed" not in options.params:
+                raise InvalidInput(
+                    f"engine {engine.name!r} takes no speed, so SSML <prosody rate> cannot be honoured",
+                    code="invalid_ssml",
+                )
+            said = options
+            if segment.language is not None:
+                said = dataclasses.replace(options, language=resolve_language(segment.language))
+                engine.check_language(said.language)
+            if segment.text:
+                spoken = self.pronouncer.spoken(segment.text, plan.lexicons, engine, said, segment.edits)
+                if is_speakable(spoken.text):
+                    parts = spoken.chunks(cap if chunks else first, cap, sentences)
+                    chunks += [dataclasses.replace(c, rate=segment.rate, language=segment.language) for c in parts]
+                    texts.append(spoken.text)
+            if segment.silence is not None and chunks:
+                chunks[-1] = dataclasses.replace(chunks[-1], silence=(chunks[-1].silence or 0.0) + segment.silence)
+        if not chunks:
+            raise InvalidInput("the SSML holds nothing to speak", code="empty_text")
+        text = "\n".join(texts)
+        check_spoken_length(len(document), len(text), self.settings.max_spoken_chars)
+        return plan, text, chunks
 
     def pronounced(self, plan: Plan, text: str) -> Spoken:
         """`text` as the plan's engine says it with the plan's lexicons and inline phonemes (`Pronouncer.spoken`)."""
@@ -224,3 +271,9 @@ def chunk_caps(
     if max_chars:
         first = min(first, max_chars) if first else max_chars
     return first, max_chars, max_sentences
+
+
+def _chunk_key(chunk: Chunk) -> list[object]:
+    """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate and language."""
+    own = [chunk.silence, chunk.rate, chunk.language]
+    return [len(chunk.text), chunk.pause, *(own if any(value is not None for value in own) else [])]

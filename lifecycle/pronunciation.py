@@ -48,10 +48,18 @@ class Pronouncer:
             )
         return tuple(self.store.get(lexicon_id) for lexicon_id in ids)
 
-    def spoken(self, text: str, lexicons: Sequence[Lexicon], engine: Engine, options: SynthesisOptions) -> Spoken:
+    def spoken(
+        self,
+        text: str,
+        lexicons: Sequence[Lexicon],
+        engine: Engine,
+        options: SynthesisOptions,
+        said: Sequence[Edit] | None = None,
+    ) -> Spoken:
         """`text` (cleaned, whitespace collapsed) as `engine` says it, traced to the text as written: the text with
-        its inline phoneme markup replaced by the words it marks."""
-        written, edits = inline_phonemes(text)
+        its inline phoneme markup replaced by the words it marks, or, for a segment of SSML, `said`, its elements'
+        edits (text.ssml), instead of inline markup."""
+        written, edits = (text, list(said)) if said is not None else inline_phonemes(text)
         if lexicons:
             matcher = self.matchers.get(lexicons, options.language.code)
             edits = _merged(
