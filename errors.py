@@ -38,6 +38,9 @@ ERRORS: dict[str, ErrorCode] = {
     "forbidden": ErrorCode(403, "A valid key that may not do this."),
     "admin_key_required": ErrorCode(403, "The route needs an admin key (POLYTTS_ADMIN_KEYS); an ordinary key is not."),
     "not_found": ErrorCode(404, "Nothing is at this path."),
+    "dictionary_not_found": ErrorCode(
+        404, "No pronunciation dictionary (or no such version of it) of that id on this node (ElevenLabs' front)."
+    ),
     "lexicon_not_found": ErrorCode(404, "No lexicon of that id is stored on this node."),
     "voice_not_found": ErrorCode(
         404, "No voice of that name or id: not a built-in voice, not registered here, not on any peer."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from gpu.engine_pool import EnginePool, build_engines
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import ANONYMOUS
 from gpu.scheduler import Scheduler
+from lexicons.dictionaries import DictionaryStore
 from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
@@ -42,6 +44,11 @@ class Service:
     """Bytes of voice uploads held in memory at once, across requests."""
     attached: bool = False
     """Whether a livestack fleet drives this node (`fleet.attach`)."""
+
+    @functools.cached_property
+    def dictionaries(self) -> DictionaryStore:
+        """The pronunciation dictionaries (names over lexicon versions) of the vendor fronts that edit them."""
+        return DictionaryStore(self.settings.lexicons_dir / "dictionaries")
 
     @property
     def lexicons(self) -> LexiconStore:
