@@ -53,11 +53,13 @@ class DictionaryStore:
         self._save(dictionary)
         return dictionary
 
-    def add_version(self, dictionary_id: str, lexicon_id: str) -> Dictionary:
+    def add_version(self, dictionary_id: str, lexicon_id: str, name: str | None = None) -> Dictionary:
+        """`lexicon_id` as its latest version (and `name` its name, where given)."""
         with self._lock:
             dictionary = self.get(dictionary_id)
             if dictionary.latest != lexicon_id:
                 dictionary.versions.append(lexicon_id)
+            dictionary.name = name or dictionary.name
         self._save(dictionary)
         return dictionary
 
@@ -83,6 +85,12 @@ class DictionaryStore:
                 code="dictionary_not_found",
             )
         return version_id
+
+    def remove(self, dictionary_id: str) -> None:
+        self.get(dictionary_id)
+        with self._lock:
+            (self.root / f"{dictionary_id}.json").unlink(missing_ok=True)
+            self._dictionaries.pop(dictionary_id, None)
 
     def _save(self, dictionary: Dictionary) -> None:
         data = json.dumps(asdict(dictionary)).encode()
