@@ -83,6 +83,18 @@ def is_ssml(text: str) -> bool:
     return head.startswith("<speak") and head[6:7] in (" ", ">", "/", "\n", "\t")
 
 
+_VENDOR_TAG = re.compile(r"<(break|phoneme)\b")
+_BARE_AMPERSAND = re.compile(r"&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)")
+
+
+def with_vendor_tags(text: str) -> str:
+    """Plain text holding the tags ElevenLabs' clients write without a `<speak>` (`<break time="1s"/>`,
+    `<phoneme>`) as an SSML document; any other text as it is."""
+    if is_ssml(text) or not _VENDOR_TAG.search(text):
+        return text
+    return f"<speak>{_BARE_AMPERSAND.sub('&amp;', text)}</speak>"
+
+
 def parse_ssml(document: str, english: bool = True) -> Ssml:
     """The document's segments and lexicons; `english`: spell letters out by their English names."""
     root = parse_xml(document, "the SSML", max_depth=MAX_DEPTH)

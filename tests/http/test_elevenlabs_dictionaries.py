@@ -126,3 +126,13 @@ def test_locators_are_honoured_on_http_and_both_websockets(sdk: ElevenLabs, clie
     unknown = {"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": "0" * 20}], "text": "Hi."}
     refused = client.post(SAY, json=unknown, headers=KEY)
     assert refused.status_code == 404 and refused.json()["detail"]["status"] == "dictionary_not_found"
+
+
+@pytest.mark.slow
+def test_a_bare_break_tag_is_that_much_silence(client: TestClient) -> None:
+    url = f"{SAY}?output_format=pcm_24000"
+    broken = client.post(url, json={"text": 'One. <break time="1.5s" /> Two.'}, headers=KEY)
+    plain = client.post(url, json={"text": "One. Two."}, headers=KEY)
+    assert broken.status_code == 200, broken.text
+    extra = (len(broken.content) - len(plain.content)) / 2 / 24_000
+    assert 1.0 < extra < 1.6, extra

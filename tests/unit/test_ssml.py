@@ -9,7 +9,7 @@ import pytest
 
 from errors import InvalidInput
 from text.phoneme_spans import decoded
-from text.ssml import is_ssml, parse_ssml
+from text.ssml import is_ssml, parse_ssml, with_vendor_tags
 
 
 def said(document: str) -> list[tuple[str, list[tuple[str, str]], float | None, float | None, str | None]]:
@@ -94,3 +94,12 @@ def test_hostile_ssml_is_refused_fast() -> None:
         with pytest.raises(InvalidInput) as refused:
             parse_ssml(document)
         assert refused.value.code == "xml_unsafe" and time.perf_counter() - started < 0.5
+
+
+def test_the_tags_elevenlabs_clients_write_bare_become_a_document() -> None:
+    bare = 'AT&T says hi <break time="1.5s" /> then &amp; bye.'
+    assert said(with_vendor_tags(bare)) == [
+        ("AT&T says hi", [], 1.5, None, None),
+        ("then & bye.", [], None, None, None),
+    ]
+    assert with_vendor_tags("a < b & c") == "a < b & c"  # no tag: plain text stays plain
