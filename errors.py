@@ -39,6 +39,10 @@ ERRORS: dict[str, ErrorCode] = {
     "forbidden": ErrorCode(403, "A valid key that may not do this."),
     "admin_key_required": ErrorCode(403, "The route needs an admin key (POLYTTS_ADMIN_KEYS); an ordinary key is not."),
     "not_found": ErrorCode(404, "Nothing is at this path."),
+    "dictionary_not_found": ErrorCode(
+        404, "No pronunciation dictionary (or no such version of it) of that id on this node (ElevenLabs' front)."
+    ),
+    "lexicon_not_found": ErrorCode(404, "No lexicon of that id is stored on this node."),
     "voice_not_found": ErrorCode(
         404, "No voice of that name or id: not a built-in voice, not registered here, not on any peer."
     ),
@@ -75,6 +79,9 @@ ERRORS: dict[str, ErrorCode] = {
     "too_many_parts": ErrorCode(413, "The form has more parts than a route takes."),
     "audio_too_large": ErrorCode(413, "A clip, or a member of a bundle, is larger than POLYTTS_MAX_UPLOAD_BYTES."),
     "message_too_large": ErrorCode(413, "A live message (one line) is longer than a message may be."),
+    "lexicon_too_large": ErrorCode(
+        413, "A lexicon document larger than POLYTTS_MAX_LEXICON_BYTES, or with more than POLYTTS_MAX_LEXICON_ENTRIES."
+    ),
     "text_too_long": ErrorCode(
         413,
         "The text is longer than POLYTTS_MAX_TEXT_CHARS as written (a run of spaces counts as one); for a live "
@@ -134,6 +141,36 @@ ERRORS: dict[str, ErrorCode] = {
         422,
         "The text holds nothing the voice's language can read: its letters are of scripts that language does not "
         "read (the message names them), which are skipped rather than spelled out letter by letter.",
+    ),
+    "invalid_lexicon": ErrorCode(
+        422, "A lexicon that is not a PLS 1.0 document or a list of rules: the message names the element or entry."
+    ),
+    "invalid_ssml": ErrorCode(
+        422,
+        "SSML this node cannot honour: an unknown element (named), or an attribute out of range; `detail` gives the "
+        "element, its line and column.",
+    ),
+    "invalid_lexicon_id": ErrorCode(422, "A lexicon id that is not 16 lowercase hex digits."),
+    "malformed_xml": ErrorCode(
+        422, "An XML document (a PLS lexicon, SSML) that is not well-formed; `detail` gives the line and column."
+    ),
+    "xml_unsafe": ErrorCode(
+        422,
+        "An XML document with a DTD, an entity declaration or an external reference (never parsed), or nested too "
+        "deep; `detail` gives the line and column.",
+    ),
+    "unknown_alphabet": ErrorCode(422, "A phonetic alphabet other than ipa, x-sampa, cmu-arpabet or kokoro."),
+    "unsayable_phonemes": ErrorCode(
+        422, "Phonemes with symbols Kokoro cannot say; the message and `detail.symbols` name them."
+    ),
+    "phonemes_unsupported": ErrorCode(
+        422,
+        "Phonemes (a lexicon's phoneme entry, inline or SSML) for a voice whose engine reads text only; the "
+        "message names the engine.",
+    ),
+    "too_many_lexicons": ErrorCode(422, "A request names more lexicons than POLYTTS_MAX_LEXICONS_PER_REQUEST."),
+    "invalid_phoneme_text": ErrorCode(
+        422, "Text that holds characters of Unicode plane 15 (Supplementary Private Use Area-A), which carry phonemes."
     ),
     "invalid_text": ErrorCode(422, "The text holds a lone UTF-16 surrogate, which is not a character."),
     "unsupported_language": ErrorCode(422, "A language the service, or the voice's engine, does not speak."),

@@ -29,7 +29,7 @@ from web.fronts import FRONTS
 from web.http_errors import install_error_handlers
 from web.middleware import AccessLog, BodyLimit, CutStreams
 from web.request_ids import RequestIds
-from web.routes import admin, docs, operations, playground, voices
+from web.routes import admin, docs, lexicons, operations, playground, voices
 from web.serving import RESPONSES_GRACE_S, DrainingServer
 
 log = logging.getLogger("polytts.server")
@@ -37,7 +37,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PUBLIC_PATHS = ("/", "/health", "/ready", "/metrics", "/docs", "/redoc", "/openapi.json", "/ui")
 """Answered without an API key: what balancers, brokers and scrapers poll, the API docs and the playground (whose
 page asks for a key when the API answers 401)."""
-OWN_BODY_LIMITS = ("/voices", "/voices/bundle")
+OWN_BODY_LIMITS = ("/voices", "/voices/bundle", "/lexicons")
 """Routes that bound their bodies themselves, part by part as they arrive (beside the fronts' own)."""
 MAX_JSON_BODY_BYTES = 1024 * 1024
 
@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     front_routers = [router for front in FRONTS for router in front.routers]
     for router in (voices.router, *front_routers, operations.router, admin.router, playground.router, docs.router):
         app.include_router(router)
+    app.include_router(lexicons.router)
     api_docs.install(
         app,
         public=lambda path: is_public(path, PUBLIC_PATHS),

@@ -199,6 +199,29 @@ class ServiceSettings(EngineSettings):
     warm_on_start: bool = True
     """Load the default engine right after binding. Off: it loads on the first request."""
 
+    # --- pronunciation lexicons ---
+
+    lexicons_dir: Path = PROJECT_ROOT / "lexicons-store"
+    """Folder of stored pronunciation lexicons, one `<lexicon_id>.json` each. Loaded as is at start."""
+
+    max_lexicon_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """Largest lexicon document (PLS or JSON rules) `POST /lexicons` takes; larger is a 413 `lexicon_too_large`,
+    answered before the document is parsed."""
+
+    max_lexicon_entries: int = Field(20_000, ge=1, le=1_000_000)
+    """Most entries one lexicon may hold; more is a 413 `lexicon_too_large`."""
+
+    max_lexicons_per_request: int = Field(8, ge=1, le=64)
+    """Most lexicons one request may name (its own and the defaults together); more is a 422 `too_many_lexicons`."""
+
+    default_lexicons: Annotated[list[str], NoDecode] = []
+    """Lexicon ids applied to every request on this node (a JSON list or comma-separated), before a request's own
+    (a request's own come first, and the first lexicon that says a word wins)."""
+
+    key_lexicons: dict[str, list[str]] = {}
+    """Lexicon ids applied to every request of an API key, by the key's name (JSON `{"<name>": ["<id>", ...]}`),
+    after the request's own and before the node's (POLYTTS_DEFAULT_LEXICONS)."""
+
     # --- hostile clients: memory held by uploads ---
 
     upload_budget_bytes: int = Field(64 * 1024 * 1024, ge=0)
@@ -217,6 +240,16 @@ class ServiceSettings(EngineSettings):
                 return json.loads(text)
             except ValueError:
                 raise ValueError("expected a JSON list of base URLs, or base URLs separated by commas") from None
+        return value
+
+    @field_validator("default_lexicons", mode="before")
+    @classmethod
+    def _lexicon_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            return (
+                json.loads(text) if text.startswith("[") else [item.strip() for item in text.split(",") if item.strip()]
+            )
         return value
 
     @field_validator("peers")

@@ -68,8 +68,11 @@ class ChunkJoiner:
         """Samples cut from the start of the last chunk joined (its own leading silence): word timings of the
         chunk's raw audio move this much earlier."""
 
-    def join(self, pieces: Iterable[np.ndarray], pause: Pause, last: bool) -> Iterator[np.ndarray]:
-        """The audio of one chunk, trimmed and faded, followed by the silence of `pause` (none after the `last`)."""
+    def join(
+        self, pieces: Iterable[np.ndarray], pause: Pause, last: bool, silence: float | None = None
+    ) -> Iterator[np.ndarray]:
+        """The audio of one chunk, trimmed and faded, followed by the silence of `pause` (none after the `last`), or
+        by exactly `silence` seconds (an SSML break: after the last chunk too)."""
         self.lead_trimmed = 0
         lead = _empty()  # while no audible sample has come: the quiet samples just before the onset
         held = _empty()  # after it: samples not yet sent (the current quiet run and the fade's samples)
@@ -112,8 +115,10 @@ class ChunkJoiner:
             kept = len(tail) - audible_in_held
         else:
             kept = 0
-        if not last:
-            gap = round(self.pauses[pause] * self.sample_rate) - kept - self.margin
+        if not last or silence is not None:
+            seconds = self.pauses[pause] if silence is None else silence
+            # The next chunk keeps `margin` of quiet before its onset; after the last nothing does.
+            gap = round(seconds * self.sample_rate) - kept - (self.margin if not last else 0)
             if gap > 0:
                 yield np.zeros(gap, dtype=np.float32)
 

@@ -41,6 +41,7 @@ BENCHMARKS = (
     "languages",
     "abuse",
     "jobs",
+    "lexicon",
 )
 """The benchmarks, in the order they run: each is the module `bench.<name>`."""
 

@@ -253,6 +253,10 @@ class Engine(ABC):
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         """Float32 mono audio for one text chunk (of `spoken_text`'s text), in pieces as they are produced."""
 
+    takes_phonemes = False
+    """Whether its G2P reads phoneme spans inside a text (text.phoneme_spans): lexicons' phoneme entries, inline
+    phonemes and SSML `<phoneme>`; an engine that reads text only is given aliases, and phonemes are a 422."""
+
     word_timings = False
     """Whether `stream_timed` can tell when each word is spoken."""
 

@@ -18,7 +18,10 @@ from engines import FAMILIES
 from engines.base import Engine, Param, SynthesisOptions, VoiceRef
 from errors import InvalidInput, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
+from lexicons.lexicon import Lexicon
+from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
+from lifecycle.pronunciation import Pronouncer
 from lifecycle.requests import ENGINE_PARAMS, SpeechRequest, VoiceRequest
 from settings import Settings
 from text.chunking import Chunk, PhraseSegmenter, collapse_whitespace, is_speakable
@@ -27,6 +30,7 @@ from text.languages import resolve_language
 from text.live_text import LiveText
 from text.scripts import unreadable_scripts
 from text.spoken import Spoken, check_spoken_length
+from text.ssml import is_ssml, parse_ssml
 from voicebank.voice_entry import VoiceEntry
 
 MIN_CHARS_PER_GEN = 20
@@ -48,6 +52,8 @@ class Plan:
     timed: bool = False
     """Word timings asked for: the engine times each word, and a cache hit needs the timings stored beside the
     audio."""
+    lexicons: tuple[Lexicon, ...] = ()
+    """The lexicons its text is pronounced with, in precedence order (lifecycle.pronunciation)."""
 
     @property
     def chars(self) -> int:
@@ -58,12 +64,22 @@ class Plan:
 class Planner:
     """Plans requests against the voices this node knows (`VoiceCatalog`) and the engines it runs."""
 
-    def __init__(self, settings: Settings, pool: EnginePool, catalog: VoiceCatalog) -> None:
+    def __init__(
+        self, settings: Settings, pool: EnginePool, catalog: VoiceCatalog, lexicons: LexiconStore | None = None
+    ) -> None:
         self.settings = settings
         self.pool = pool
         self.catalog = catalog
+        self.pronouncer = Pronouncer(
+            lexicons if lexicons is not None else LexiconStore(settings.lexicons_dir),
+            settings.default_lexicons,
+            settings.key_lexicons,
+            settings.max_lexicons_per_request,
+        )
 
-    async def plan(self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False) -> Plan:
+    async def plan(
+        self, request: SpeechRequest, engine_name: str | None = None, timed: bool = False, principal: str | None = None
+    ) -> Plan:
         """The request resolved: its voice and engine, its text as spoken (what limits, chunk caps and the cache key
         count), its chunks and its cache key."""
         written = collapse_whitespace(clean_text(request.text))
@@ -73,11 +89,15 @@ class Planner:
             raise PayloadTooLarge(
                 f"text is {len(written)} characters; the limit is {self.settings.max_text_chars}", code="text_too_long"
             )
-        plan = await self.plan_voice(request, engine_name, timed)
-        spoken = self.spoken(plan, written)
-        text = spoken.text
-        # Caps count spoken characters, so one step is one step's worth of audio however the text was written.
-        chunks = spoken.chunks(*chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen))
+        plan = await self.plan_voice(request, engine_name, timed, principal)
+        caps = chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen)
+        if is_ssml(written):
+            plan, text, chunks = self.ssml_chunks(plan, written, caps)
+        else:
+            spoken = self.spoken(plan, written)
+            text = spoken.text
+            # Caps count spoken characters, so one step is one step's worth of audio however the text was written.
+            chunks = spoken.chunks(*caps)
         # A registered voice replaced under the same id must not hit audio cached for its old transcript.
         voice = plan.voice
         cache_voice = f"{plan.voice_key}@{voice.created_at}" if isinstance(voice, VoiceEntry) else plan.voice_key
@@ -89,7 +109,7 @@ class Planner:
                 engine=plan.engine.name,
                 checkpoint=checkpoint,
                 # Where the text is cut into generations, and the pauses between them, change the audio too.
-                params={**plan.options.cache_params(), "chunks": [[len(chunk.text), chunk.pause] for chunk in chunks]},
+                params={**plan.options.cache_params(), "chunks": [_chunk_key(chunk) for chunk in chunks]},
             )
             if checkpoint is not None
             else None
@@ -97,10 +117,16 @@ class Planner:
         return dataclasses.replace(plan, text=text, chunks=chunks, cache_key=key)
 
     async def plan_voice(
-        self, request: VoiceRequest, engine_name: str | None = None, timed: bool | None = False
+        self,
+        request: VoiceRequest,
+        engine_name: str | None = None,
+        timed: bool | None = False,
+        principal: str | None = None,
     ) -> Plan:
-        """Everything but the text: the voice, its engine (ready), the language and the engine's parameters. A live
-        request plans this much before its text arrives. `timed` None: word timings where the engine has them."""
+        """Everything but the text: the voice, its engine (ready), the language, the engine's parameters and the
+        lexicons (those the request names in `lexicons`, its key's (`principal`) and the node's). A live request
+        plans this much before its text arrives. `timed` None: word timings where the engine has them."""
+        lexicons = self.pronouncer.lexicons(getattr(request, "lexicons", None), principal)
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
             self.pool.engine_for(self.settings.default_engine)
         voice = await self.catalog.resolve(request.voice_id)
@@ -122,13 +148,13 @@ class Planner:
         engine.check_language(language)
         options = SynthesisOptions(language=language, params=engine_params(engine, request))
         voice_key = voice.voice_id if isinstance(voice, VoiceEntry) else voice.name
-        return Plan(engine, voice, voice_key, "", [], options, None, timed)
+        return Plan(engine, voice, voice_key, "", [], options, None, timed, lexicons)
 
     def spoken(self, plan: Plan, written: str) -> Spoken:
-        """`written` as the plan's engine will say it, within POLYTTS_MAX_SPOKEN_CHARS (413 `spoken_too_long`); text
+        """`written` as the plan's engine will say it (lexicons and inline phonemes applied), within POLYTTS_MAX_SPOKEN_CHARS (413 `spoken_too_long`); text
         of which the engine reads nothing (every letter of a script the language does not read) is a 422
         `unreadable_text` naming the scripts."""
-        spoken = plan.engine.spoken_text(written, plan.options)
+        spoken = self.pronounced(plan, written)
         if not is_speakable(spoken.text):
             language = plan.options.language
             scripts = " and ".join(unreadable_scripts(written, language)[:3])
@@ -141,6 +167,52 @@ class Planner:
             )
         check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
         return spoken
+
+    def ssml_chunks(self, plan: Plan, document: str, caps: tuple[int, int, int]) -> tuple[Plan, str, list[Chunk]]:
+        """An SSML document's chunks (text.ssml): each segment pronounced in its own language and chunked, its
+        chunks carrying its rate and language and the last one its break; the plan with the document's lexicons
+        (`<lexicon>`) first among its own; the text as spoken, the segments' joined."""
+        engine, options = plan.engine, plan.options
+        ssml = parse_ssml(document, english=options.language.code in ("en-us", "en-gb"))
+        named = [lexicon.lexicon_id for lexicon in plan.lexicons]
+        added = tuple(self.pronouncer.store.get(i) for i in dict.fromkeys(ssml.lexicons) if i not in named)
+        if len(added) + len(named) > self.settings.max_lexicons_per_request:
+            raise InvalidInput(
+                f"the request is pronounced with {len(added) + len(named)} lexicons; the limit is "
+                f"{self.settings.max_lexicons_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
+                code="too_many_lexicons",
+            )
+        plan = dataclasses.replace(plan, lexicons=added + plan.lexicons)
+        first, cap, sentences = caps
+        chunks: list[Chunk] = []
+        texts: list[str] = []
+        for segment in ssml.segments:
+            if segment.rate is not None and "speed" not in options.params:
+                raise InvalidInput(
+                    f"engine {engine.name!r} takes no speed, so SSML <prosody rate> cannot be honoured",
+                    code="invalid_ssml",
+                )
+            said = options
+            if segment.language is not None:
+                said = dataclasses.replace(options, language=resolve_language(segment.language))
+                engine.check_language(said.language)
+            if segment.text:
+                spoken = self.pronouncer.spoken(segment.text, plan.lexicons, engine, said, segment.edits)
+                if is_speakable(spoken.text):
+                    parts = spoken.chunks(cap if chunks else first, cap, sentences)
+                    chunks += [dataclasses.replace(c, rate=segment.rate, language=segment.language) for c in parts]
+                    texts.append(spoken.text)
+            if segment.silence is not None and chunks:
+                chunks[-1] = dataclasses.replace(chunks[-1], silence=(chunks[-1].silence or 0.0) + segment.silence)
+        if not chunks:
+            raise InvalidInput("the SSML holds nothing to speak", code="empty_text")
+        text = "\n".join(texts)
+        check_spoken_length(len(document), len(text), self.settings.max_spoken_chars)
+        return plan, text, chunks
+
+    def pronounced(self, plan: Plan, text: str) -> Spoken:
+        """`text` as the plan's engine says it with the plan's lexicons and inline phonemes (`Pronouncer.spoken`)."""
+        return self.pronouncer.spoken(text, plan.lexicons, plan.engine, plan.options)
 
     def live_text(self, plan: Plan, wake: Callable[[], None], phrase_chars: tuple[int, int] | None = None) -> LiveText:
         """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
@@ -155,7 +227,7 @@ class Planner:
             PhraseSegmenter(first, cap),
             self.settings.max_text_chars,
             wake,
-            speak=lambda text: plan.engine.spoken_text(text, plan.options),
+            speak=lambda text: self.pronounced(plan, text),
             max_spoken_chars=self.settings.max_spoken_chars,
         )
 
@@ -199,3 +271,9 @@ def chunk_caps(
     if max_chars:
         first = min(first, max_chars) if first else max_chars
     return first, max_chars, max_sentences
+
+
+def _chunk_key(chunk: Chunk) -> list[object]:
+    """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate and language."""
+    own = [chunk.silence, chunk.rate, chunk.language]
+    return [len(chunk.text), chunk.pause, *(own if any(value is not None for value in own) else [])]

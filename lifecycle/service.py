@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from gpu.gpu_thread import GpuThread
 from gpu.jobs import ANONYMOUS
 from gpu.scheduler import Scheduler
 from jobs.runner import JobRunner
+from lexicons.dictionaries import DictionaryStore
+from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.metrics import Metrics
 from lifecycle.synthesis import SynthesisService
@@ -44,6 +47,16 @@ class Service:
     """Background jobs (jobs/): started and stopped by the app's lifespan, around the GPU thread."""
     attached: bool = False
     """Whether a livestack fleet drives this node (`fleet.attach`)."""
+
+    @functools.cached_property
+    def dictionaries(self) -> DictionaryStore:
+        """The pronunciation dictionaries (names over lexicon versions) of the vendor fronts that edit them."""
+        return DictionaryStore(self.settings.lexicons_dir / "dictionaries")
+
+    @property
+    def lexicons(self) -> LexiconStore:
+        """The lexicons stored on this node (the store the planner pronounces requests with)."""
+        return self.synthesis.planner.pronouncer.store
 
     def start(self, warm: bool) -> None:
         """Start the GPU thread, and (bind first, warm after) load the default engine on it if `warm`."""
@@ -188,6 +201,7 @@ def build_service(settings: Settings) -> Service:
         memory_cache=MemoryCache(settings.memory_cache_bytes),
         pcm_cache=PcmCache(settings.cache_dir / "pcm", settings.pcm_cache_bytes),
         metrics=metrics,
+        lexicons=LexiconStore(settings.lexicons_dir),
     )
     jobs = JobRunner(settings, synthesis)
     return Service(

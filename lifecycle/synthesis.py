@@ -23,6 +23,7 @@ from errors import ServiceError, Unavailable
 from gpu.engine_pool import EnginePool
 from gpu.jobs import CLIENT_GONE, Job
 from gpu.scheduler import Scheduler
+from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.chunk_sources import ChunkSource, PlannedChunks
 from lifecycle.metrics import Metrics
@@ -55,10 +56,11 @@ class SynthesisService:
         memory_cache: MemoryCache,
         pcm_cache: PcmCache,
         metrics: Metrics,
+        lexicons: LexiconStore | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
-        self.planner = Planner(settings, pool, catalog)
+        self.planner = Planner(settings, pool, catalog, lexicons)
         self.scheduler = scheduler
         self.memory_cache = memory_cache
         self.pcm_cache = pcm_cache
@@ -84,7 +86,7 @@ class SynthesisService:
         timings = Timings(ctx.route, ctx.request_id)
         try:
             self.check_open()
-            plan = timings.plan = await self.planner.plan(request, ctx.engine, timed)
+            plan = timings.plan = await self.planner.plan(request, ctx.engine, timed, ctx.principal)
             cached = None if ctx.background else await self.cached_audio(plan)
             if cached is not None:
                 timings.cache = "hit"
@@ -112,7 +114,7 @@ class SynthesisService:
         timings = Timings(ctx.route, ctx.request_id)
         try:
             self.check_open()
-            plan = await self.planner.plan_voice(request, ctx.engine, timed)
+            plan = await self.planner.plan_voice(request, ctx.engine, timed, ctx.principal)
             text = self.planner.live_text(plan, self.scheduler.gpu.wake, phrase_chars)
             plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
             job = self.submit(plan, ctx, text)

@@ -3,6 +3,7 @@ when asked, its words timed in the response's time."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -11,6 +12,7 @@ from audio.seams import ChunkJoiner
 from audio.word_timings import Words
 from engines.base import Engine, SynthesisOptions
 from text.chunking import Chunk
+from text.languages import resolve_language
 
 
 class Voicing:
@@ -27,14 +29,15 @@ class Voicing:
 
     def chunk(self, chunk: Chunk, handle: object, last: bool) -> Iterator[np.ndarray | Words]:
         start, words = self.position, []
+        options = self.options_of(chunk)
 
         def timed_audio() -> Iterator[np.ndarray]:
-            for audio, found in self.engine.stream_timed(chunk.text, handle, self.options, written=chunk.written):
+            for audio, found in self.engine.stream_timed(chunk.text, handle, options, written=chunk.written):
                 words.extend(found)
                 yield audio
 
-        pieces = timed_audio() if self.timed else self.engine.stream(chunk.text, handle, self.options)
-        for piece in self.joiner.join(pieces, chunk.pause, last):
+        pieces = timed_audio() if self.timed else self.engine.stream(chunk.text, handle, options)
+        for piece in self.joiner.join(pieces, chunk.pause, last, chunk.silence):
             self.position += len(piece)
             yield piece
         if self.timed:
@@ -43,3 +46,13 @@ class Voicing:
             shift, low, high = (start - self.joiner.lead_trimmed) / rate, start / rate, self.position / rate
             words = [word.shifted(shift).clamped(low, high) for word in words]
         yield Words(words)  # also the end of the chunk's audio, words or not (Cartesia's `flush_done` counts them)
+
+    def options_of(self, chunk: Chunk) -> SynthesisOptions:
+        """The request's options with the chunk's own rate and language (SSML `<prosody>`, `<lang>`), where set."""
+        if chunk.rate is None and chunk.language is None:
+            return self.options
+        params = dict(self.options.params)
+        if chunk.rate is not None:
+            params["speed"] = round(float(params.get("speed") or 1.0) * chunk.rate, 3)
+        language = resolve_language(chunk.language) if chunk.language is not None else self.options.language
+        return dataclasses.replace(self.options, language=language, params=params)

@@ -8,6 +8,7 @@ cap. `chunk_text` plans a whole text; `PhraseSegmenter` does the same for text t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -15,6 +16,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, overload
+
+from text.phoneme_spans import is_phoneme_char
 
 # --- where text may be cut --------------------------------------------------------------------------------------
 
@@ -35,6 +38,12 @@ class Chunk:
     parts: tuple[Chunk, ...] = field(default=(), compare=False, repr=False)
     """The clauses the chunk packs, in order, each ended by its own boundary (empty: a single clause): where a step
     may end early (`cut_short`)."""
+    silence: float | None = None
+    """Seconds of silence after it, exactly (an SSML `<break>`), instead of the pause its boundary gives."""
+    rate: float | None = None
+    """Its speed, times the request's (SSML `<prosody rate>`); None: the request's."""
+    language: str | None = None
+    """Its language (SSML `<lang>`), another G2P in the same voice; None: the request's."""
 
 
 _CLOSERS = "\"'”’»)\\]}」』）】〕〉》"
@@ -362,9 +371,18 @@ def cut_short(chunk: Chunk, max_chars: int, inside_clauses: bool = False) -> tup
             return None
         written = found
     head, rest = parts[:count], parts[count:]
+    # Both keep the chunk's own rate and language; the rest ends as the chunk did, its exact silence included.
+    head_chunk = Chunk(
+        spoken[0], head[-1].pause, None if written[0] == spoken[0] else written[0], head if count > 1 else ()
+    )
+    rest_chunk = Chunk(
+        spoken[1], chunk.pause, None if written[1] == spoken[1] else written[1], rest if len(rest) > 1 else ()
+    )
+    if chunk.rate is None and chunk.language is None and chunk.silence is None:
+        return head_chunk, rest_chunk
     return (
-        Chunk(spoken[0], head[-1].pause, None if written[0] == spoken[0] else written[0], head if count > 1 else ()),
-        Chunk(spoken[1], chunk.pause, None if written[1] == spoken[1] else written[1], rest if len(rest) > 1 else ()),
+        dataclasses.replace(head_chunk, rate=chunk.rate, language=chunk.language),
+        dataclasses.replace(rest_chunk, rate=chunk.rate, language=chunk.language, silence=chunk.silence),
     )
 
 
@@ -463,8 +481,9 @@ def collapse_whitespace(text: str) -> str:
 
 
 def is_speakable(text: str) -> bool:
-    """Whether the text holds something to speak: a letter, a digit or a symbol, not only spaces and punctuation."""
-    return any(unicodedata.category(char)[0] in "LNS" for char in text)
+    """Whether the text holds something to speak: a letter, a digit or a symbol, or phonemes (text.phoneme_spans),
+    not only spaces and punctuation."""
+    return any(unicodedata.category(char)[0] in "LNS" or is_phoneme_char(char) for char in text)
 
 
 def split_sentences(text: str) -> list[str]:

@@ -120,7 +120,7 @@ class LiveText:
             first, self._started = not self._started, True
             segmenter = self._segmenter
             if len(spoken.text) <= segmenter.longest(first):
-                written = None if spoken.text == phrase.text else phrase.text
+                written = None if spoken.text == phrase.text else spoken.written
                 chunks.append(Chunk(spoken.text, phrase.pause, written))
                 continue
             cap = segmenter.max_chunk_chars

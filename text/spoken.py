@@ -64,6 +64,18 @@ class Spoken:
             traced += where[before.start() : before.end()]
         return Spoken(text, self.written, traced)
 
+    def then(self, later: Spoken) -> Spoken:
+        """`later` (a rewrite of this text as spoken: `later.written` is `self.text`) traced back to this text as
+        written: lexicons and inline phonemes rewrite a text, the engine's normalization rewrites it again."""
+        if later.origin is None and later.text == self.text:
+            return self
+        if self.origin is None:
+            return Spoken(later.text, self.written, later.origin)
+        inner = later.origin if later.origin is not None else range(len(later.text))
+        end = len(self.written)
+        origin = [self.origin[i] if i < len(self.origin) else end for i in inner]
+        return Spoken(later.text, self.written, origin)
+
     def written_between(self, start: int, end: int) -> str:
         """The written text that `text[start:end]` speaks; a rewritten token belongs to the part its words begin in."""
         if self.origin is None:

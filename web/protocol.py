@@ -161,3 +161,36 @@ class PublicHealth(BaseModel):
     engines: dict[str, PublicEngine]
     load: PublicLoad
     inventory: Inventory | None = Field(None, description="Only where POLYTTS_PUBLIC_INVENTORY publishes it.")
+
+
+# -- pronunciation lexicons (web/routes/lexicons.py) -------------------------------------------------------------
+
+
+class LexiconCreated(BaseModel):
+    lexicon_id: str = Field(description="The hash of its content: the same lexicon has the same id on every node.")
+    created: bool
+    """False when it was stored already and nothing was written."""
+    entries: int
+
+
+class LexiconSummary(BaseModel):
+    lexicon_id: str
+    name: str
+    language: str | None = Field(description="BCP 47: its entries serve that language (any region); null: every one.")
+    entries: int
+    phoneme_entries: int = Field(description="Entries said by phonemes (Kokoro voices only), the rest by aliases.")
+
+
+class LexiconEntry(BaseModel):
+    graphemes: list[str]
+    alias: str | None = None
+    phoneme: str | None = Field(None, description="In Kokoro's symbols, converted from the alphabet uploaded.")
+    alphabet: str | None = None
+
+
+class LexiconDescription(LexiconSummary):
+    lexemes: list[LexiconEntry]
+
+
+class LexiconList(BaseModel):
+    lexicons: list[LexiconSummary]

@@ -39,6 +39,7 @@ from errors import InvalidInput
 from text.languages import Language, voice_gender, voice_language
 from text.localized_numbers import read_numbers
 from text.normalize import read_english
+from text.phoneme_spans import phonemize_spans
 from text.scripts import skip_unreadable
 from text.spoken import Spoken
 from voicebank.voice_entry import VoiceEntry
@@ -195,6 +196,7 @@ class KokoroEngine(Engine):
         return read_numbers(spoken, options.language)
 
     word_timings = True
+    takes_phonemes = True
 
     def stream(self, text: str, voice: object, options: SynthesisOptions) -> Iterator[np.ndarray]:
         for audio, _ in self._spoken(text, voice, options, timed=False):
@@ -221,7 +223,8 @@ class KokoroEngine(Engine):
         g2p, language, backend = self.g2p, options.language, self.backend
         clock = None
         with self._text_lock:
-            phonemes = g2p.phonemize(text, language)  # already as spoken (`spoken_text`): never normalized twice
+            # Already as spoken (`spoken_text`): never normalized twice; phoneme spans are said as they are.
+            phonemes = phonemize_spans(text, lambda plain: g2p.phonemize(plain, language))
             if timed:  # words as written, each read as the model reads it ("$4.50" spans all it is spoken as)
                 tokens = "".join(p for p in phonemes if p in backend.vocab)
                 spans = align_words(

@@ -103,12 +103,12 @@ def test_mp3_at_its_rate_and_bit_rate(client: TestClient, seconds: float) -> Non
 
 @pytest.mark.slow
 def test_speed_and_ignored_fields(client: TestClient, seconds: float) -> None:
-    fast = body(generation_config={"speed": 1.5, "volume": 1.2, "emotion": "calm"}, pronunciation_dict_id="d1")
+    fast = body(generation_config={"speed": 1.5, "volume": 1.2, "emotion": "calm"}, add_phoneme_timestamps=True)
     response = client.post(f"{BASE}/bytes", json=fast, headers=KEY)
     assert response.status_code == 200
     assert len(response.content) / 2 / 24000 < seconds * 0.8
     assert response.headers["x-ignored-parameters"] == (
-        "pronunciation_dict_id, generation_config.volume, generation_config.emotion"
+        "add_phoneme_timestamps, generation_config.volume, generation_config.emotion"
     )
     named = client.post(f"{BASE}/bytes", json=body(speed="slow", voice="af_heart"), headers=KEY)
     assert len(named.content) / 2 / 24000 > seconds * 1.1

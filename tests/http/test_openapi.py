@@ -194,6 +194,8 @@ def test_an_unknown_method_is_a_405_that_names_the_allowed_ones(client: TestClie
     for template, item in schema["paths"].items():
         path = _example_path(template)
         for method in ("TRACE", "PATCH"):
+            if method.lower() in item:  # Cartesia's dictionaries are updated with PATCH
+                continue
             response = client.request(method, path)
             assert response.status_code == 405, f"{method} {path}: {response.text}"
             assert response.headers["allow"] == ", ".join(sorted(m.upper() for m in item)), path

@@ -33,6 +33,7 @@ def kokoro_service(tmp: Path, onnx_dir: Path, **settings: Any) -> Iterator[Servi
         load_settings(
             voices_dir=tmp / "voices",
             cache_dir=tmp / "cache",
+            lexicons_dir=tmp / "lexicons",
             kokoro_onnx_dir=onnx_dir,
             kokoro_backend="onnx",
             **settings,

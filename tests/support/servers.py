@@ -18,12 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def service_env(tmp: Path, **env: str) -> dict[str, str]:
-    """The POLYTTS_* variables of a test's service: its voices and cache under `tmp`, the assembled Kokoro ONNX
+    """The POLYTTS_* variables of a test's service: its voices, lexicons and cache under `tmp`, the assembled Kokoro ONNX
     model, and `env` over them."""
     return {
         "POLYTTS_VOICES_DIR": str(tmp / "voices"),
         "POLYTTS_CACHE_DIR": str(tmp / "cache"),
         "POLYTTS_JOBS_DIR": str(tmp / "jobs"),
+        "POLYTTS_LEXICONS_DIR": str(tmp / "lexicons"),
         "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
         # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
         "POLYTTS_QWEN_MODEL": "",

@@ -135,7 +135,7 @@ def test_settings_is_on_no_import_cycle() -> None:
 
 
 WEB_FRAMEWORKS = ("fastapi", "starlette")
-BELOW_THE_WEB = ("lifecycle", "gpu", "text", "audio", "voicebank", "engines", "jobs")
+BELOW_THE_WEB = ("lifecycle", "gpu", "text", "audio", "voicebank", "engines", "jobs", "lexicons")
 """Packages the web layer builds on: none of them may import it, or a web framework."""
 
 

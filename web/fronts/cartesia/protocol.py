@@ -106,7 +106,7 @@ class GenerationConfig(BaseModel):
     emotion: Any = Field(None, description="Ignored.")
 
 
-IGNORED_FIELDS = ("pronunciation_dict_id", "add_phoneme_timestamps", "duration", "save", "normalization")
+IGNORED_FIELDS = ("add_phoneme_timestamps", "duration", "save", "normalization")
 """Fields of Cartesia's request that shape its own models or account: accepted, unused, named in
 X-Ignored-Parameters."""
 
@@ -131,6 +131,9 @@ class GenerationFields(BaseModel):
     generation_config: GenerationConfig | None = None
     add_timestamps: bool | None = Field(None, description="Word timestamps (`timestamps` events).")
     use_normalized_timestamps: bool | None = Field(None, description="Accepted: the words are always as written.")
+    pronunciation_dict_id: str | None = Field(
+        None, max_length=64, description="A pronunciation dictionary (`.../pronunciation-dicts`) or a stored lexicon."
+    )
 
     def voice_id(self) -> str:
         return self.voice if isinstance(self.voice, str) else self.voice.voice_id()

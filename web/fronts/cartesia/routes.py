@@ -23,6 +23,7 @@ from lifecycle.service import Service
 from lifecycle.speech import Speech
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, connection_context
+from web.fronts.cartesia.dictionaries import dict_lexicons
 from web.fronts.cartesia.protocol import (
     PREFIX,
     CartesiaErrorBody,
@@ -77,8 +78,13 @@ async def _speak(
         audio = body.output_format.output(containers)
         voice_id = body.voice_id()
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
+        lexicons = dict_lexicons(service, body.pronunciation_dict_id)
     native = TTSRequest(
-        text=body.transcript, voice_id=voice_id, language=body.spoken_language(), speed=body.speaking_rate()
+        text=body.transcript,
+        voice_id=voice_id,
+        language=body.spoken_language(),
+        speed=body.speaking_rate(),
+        lexicons=lexicons or None,
     )
     speech, headers = await speak_translated(service.synthesis, native, audio, ctx, timed=timed, ignored=body.ignored())
     return speech, audio, headers

@@ -28,6 +28,7 @@ from lifecycle.service import Service
 from text.chunking import is_speakable
 from text.live_text import LiveText
 from web.dependencies import connection_context
+from web.fronts.cartesia.dictionaries import dict_lexicons
 from web.fronts.cartesia.protocol import (
     SocketMessage,
     StepClock,
@@ -157,6 +158,8 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
         clock = StepClock()
         session = None
         try:
+            if lexicons := dict_lexicons(self.service, first.pronunciation_dict_id):
+                query["lexicons"] = ",".join(lexicons)
             timed = True if first.add_timestamps else None
             session = await open_session(self.service.synthesis, request, query, context.messages(), timed=timed)
             async with contextlib.aclosing(session.speech.encoded_events(audio)) as events:

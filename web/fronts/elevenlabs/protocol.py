@@ -101,13 +101,20 @@ IGNORED_FIELDS = (
     "previous_request_ids",
     "next_request_ids",
     "seed",
-    "pronunciation_dictionary_locators",
     "apply_text_normalization",
     "apply_language_text_normalization",
     "use_pvc_as_ivc",
     "audio_effects",
 )
 """Fields of ElevenLabs' request that shape its own models: accepted, unused, named in X-Ignored-Parameters."""
+
+
+class Locator(BaseModel):
+    """ElevenLabs' `PronunciationDictionaryVersionLocator`: a dictionary of its pronunciation-dictionary API, and a
+    version of it (its latest when omitted)."""
+
+    pronunciation_dictionary_id: str = Field(min_length=1, max_length=64)
+    version_id: str | None = Field(None, max_length=64)
 
 
 class SpeechBody(BaseModel):
@@ -120,6 +127,9 @@ class SpeechBody(BaseModel):
     model_id: str | None = Field(None, description="`eleven_...` (the voice's engine) or a PolyTTS engine name.")
     language_code: str | None = Field(None, description="ISO 639-1 code; the voice's own language when omitted.")
     voice_settings: VoiceSettings | None = None
+    pronunciation_dictionary_locators: list[Locator] | None = Field(
+        None, max_length=8, description="Dictionaries (`.../v1/pronunciation-dictionaries`) to pronounce the text with."
+    )
     previous_text: str | None = Field(None, description="Ignored: every request is spoken on its own.")
     next_text: str | None = Field(None, description="Ignored.")
 
@@ -268,6 +278,7 @@ class SocketMessage(BaseModel):
     voice_settings: VoiceSettings | None = None
     generation_config: GenerationConfig | None = None
     context_id: str | None = Field(None, min_length=1, max_length=128)
+    pronunciation_dictionary_locators: list[Locator] | None = Field(None, max_length=8)
     close_context: bool = False
     close_socket: bool = False
 

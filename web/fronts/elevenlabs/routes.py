@@ -19,8 +19,10 @@ from audio.output import Output
 from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from lifecycle.speech import Speech
+from text.ssml import with_vendor_tags
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, connection_context
+from web.fronts.elevenlabs.dictionaries import locator_lexicons
 from web.fronts.elevenlabs.protocol import (
     DEFAULT_OUTPUT_FORMAT,
     OUTPUT_FORMATS,
@@ -87,7 +89,14 @@ async def _speak(
     with counted_refusal(service.synthesis, ctx):
         audio = output(output_format)
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
-    native = TTSRequest(text=body.text, voice_id=voice_id, language=body.language_code, speed=body.speed())
+        lexicons = locator_lexicons(service, body.pronunciation_dictionary_locators)
+    native = TTSRequest(
+        text=with_vendor_tags(body.text),
+        voice_id=voice_id,
+        language=body.language_code,
+        speed=body.speed(),
+        lexicons=lexicons or None,
+    )
     speech, headers = await speak_translated(service.synthesis, native, audio, ctx, timed=timed, ignored=body.ignored())
     return speech, audio, headers
 

@@ -29,6 +29,7 @@ from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from text.chunking import is_speakable
 from web.dependencies import connection_context
+from web.fronts.elevenlabs.dictionaries import locator_lexicons
 from web.fronts.elevenlabs.protocol import (
     SocketMessage,
     error_body,
@@ -177,6 +178,9 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
         phrase_chars = first.generation_config.phrase_chars() if first.generation_config else None
         session = None
         try:
+            lexicons = locator_lexicons(self.service, first.pronunciation_dictionary_locators)
+            if lexicons:
+                query["lexicons"] = ",".join(lexicons)
             session = await open_session(
                 self.service.synthesis, self.request_for(), query, context.messages(), None, phrase_chars
             )

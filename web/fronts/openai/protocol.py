@@ -65,11 +65,17 @@ class SpeechRequest(BaseModel):
         "`instruct`); other engines take none, and the answer names it in X-Ignored-Parameters.",
     )
     stream_format: Literal["audio", "sse"] = "audio"
+    lexicons: list[str] | None = Field(
+        None,
+        max_length=64,
+        description="PolyTTS extension (the `openai` package sends it through `extra_body`): ids of stored "
+        "pronunciation lexicons (`POST /lexicons`) to pronounce the input with.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
-        optional = ("response_format", "speed", "instructions", "stream_format")
+        optional = ("response_format", "speed", "instructions", "stream_format", "lexicons")
         if isinstance(data, Mapping):
             return {key: value for key, value in data.items() if not (key in optional and value is None)}
         return data

@@ -112,6 +112,7 @@ async def speech(
         # Speed 1 is every engine's pace; any other speed goes to the engine, which refuses it if it has none.
         speed=body.speed if body.speed != 1.0 else None,
         instruct=body.instructions if honoured else None,
+        lexicons=body.lexicons,
     )
     speech = await service.synthesis.speak(native, ctx)
     headers = speech.headers(body.response_format)

@@ -28,6 +28,13 @@ from audio.word_timings import CaptionFormat
 from engines import ENGINE_SPECS
 
 
+def _comma_separated(value: Any) -> Any:
+    """A list given as one text (a query string's): its comma-separated items."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
 class VoiceFields(BaseModel):
     """Who speaks and how: what every speech route takes besides its text (the engine's parameters are added from
     the engine families)."""
@@ -43,6 +50,13 @@ class VoiceFields(BaseModel):
         None,
         description="ISO code, locale or English name, e.g. 'en', 'en-GB', 'Japanese'; when omitted, the voice's own "
         "(a Kokoro voice's from its name, a registered voice's from its registration), else American English.",
+    )
+
+    lexicons: Annotated[list[str], BeforeValidator(_comma_separated)] | None = Field(
+        None,
+        max_length=64,
+        description="Ids of stored pronunciation lexicons (`POST /lexicons`) to pronounce the text with, the first "
+        "that says a word winning; then the API key's and the node's defaults. In a query string: comma-separated.",
     )
 
 

@@ -1,0 +1,105 @@
+"""text/ssml.py: a `<speak>` document read into segments (text as written, how spans are said, exact breaks, rate and
+language), unknown elements and bad values refused naming them, hostile XML refused fast."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from errors import InvalidInput
+from text.phoneme_spans import decoded
+from text.ssml import is_ssml, parse_ssml, with_vendor_tags
+
+
+def said(document: str) -> list[tuple[str, list[tuple[str, str]], float | None, float | None, str | None]]:
+    return [
+        (s.text, [(s.text[a:b], spoken) for a, b, spoken in s.edits], s.silence, s.rate, s.language)
+        for s in parse_ssml(document).segments
+    ]
+
+
+def test_a_document_is_ssml_when_it_begins_with_speak() -> None:
+    assert is_ssml("<speak>hi</speak>") and is_ssml('<?xml version="1.0"?>\n<speak version="1.1">hi</speak>')
+    assert not is_ssml("<speaker> said hi") and not is_ssml("I <speak>")
+    assert is_ssml("<!DOCTYPE speak [<!ENTITY a 'a'>]><speak>&a;</speak>")  # refused by the parser, never said
+
+
+def test_breaks_cut_segments_with_exact_silences_that_add_up() -> None:
+    document = '<speak>One. <break time="700ms"/> Two.<break time="1.5s"/><break strength="weak"/>Three.</speak>'
+    assert said(document) == [
+        ("One.", [], 0.7, None, None),
+        ("Two.", [], 1.75, None, None),
+        ("Three.", [], None, None, None),
+    ]
+    assert said('<speak>A<break strength="none"/>B</speak>') == [("AB", [], None, None, None)]
+
+
+def test_sub_phoneme_and_say_as_say_spans_their_way_and_keep_the_words_as_written() -> None:
+    document = (
+        '<speak>The <sub alias="World Wide Web Consortium">W3C</sub>, code '
+        '<say-as interpret-as="characters">AB7</say-as>, pin <say-as interpret-as="digits">123</say-as>, the '
+        '<say-as interpret-as="ordinal">2</say-as> <phoneme alphabet="x-sampa" ph="t@&quot;mA:toU">tomato</phoneme>.</speak>'
+    )
+    ((text, edits, *_),) = said(document)
+    assert text == "The W3C, code AB7, pin 123, the 2 tomato."
+    assert edits[:4] == [
+        ("W3C", "World Wide Web Consortium"),
+        ("AB7", "ay bee seven"),
+        ("123", "1 2 3"),
+        ("2", "2nd"),
+    ]
+    assert edits[4][0] == "tomato" and decoded(edits[4][1]) == "təˈmɑːtO"
+
+
+def test_paragraphs_sentences_prosody_and_lang_shape_the_segments() -> None:
+    document = (
+        "<speak><p><s>First one</s><s>second</s></p><p>Next <emphasis>now</emphasis></p>"
+        '<prosody rate="slow">slow <prosody rate="200%">fast</prosody></prosody><lang xml:lang="fr-FR">Bonjour</lang>'
+        '<lexicon uri="https://node/lexicons/0123456789abcdef"/></speak>'
+    )
+    assert said(document) == [
+        ("First one\nsecond\n\nNext now", [], None, None, None),
+        ("slow", [], None, 0.8, None),
+        ("fast", [], None, 1.6, None),
+        ("Bonjour", [], None, None, "fr-FR"),
+    ]
+    assert parse_ssml(document).lexicons == ["0123456789abcdef"]
+
+
+@pytest.mark.parametrize(
+    ("document", "code", "named"),
+    [
+        ("<speak>Hi <audio src='x.wav'/></speak>", "invalid_ssml", "<audio>"),
+        ("<speak>Hi <break time='forever'/></speak>", "invalid_ssml", "forever"),
+        ("<speak>Hi <break time='30s'/></speak>", "invalid_ssml", "at most"),
+        ("<speak><say-as interpret-as='klingon'>x</say-as></speak>", "invalid_ssml", "klingon"),
+        ("<speak><prosody rate='warp'>x</prosody></speak>", "invalid_ssml", "warp"),
+        ("<speak><phoneme ph='☃'>x</phoneme></speak>", "unsayable_phonemes", "U\\+2603"),
+        ("<speak>Hi\n  <b>there</speak>", "malformed_xml", "line 2, column"),
+        ("<notspeak/>", "invalid_ssml", "<notspeak>"),
+    ],
+)
+def test_what_cannot_be_honoured_is_a_422_naming_it(document: str, code: str, named: str) -> None:
+    with pytest.raises(InvalidInput, match=named) as refused:
+        parse_ssml(document)
+    assert refused.value.code == code
+
+
+def test_hostile_ssml_is_refused_fast() -> None:
+    bomb = '<?xml version="1.0"?><!DOCTYPE s [<!ENTITY a "aaaa">]><speak>&a;</speak>'
+    deep = "<speak>" + "<emphasis>" * 10_000 + "x"
+    for document in (bomb, deep):
+        started = time.perf_counter()
+        with pytest.raises(InvalidInput) as refused:
+            parse_ssml(document)
+        assert refused.value.code == "xml_unsafe" and time.perf_counter() - started < 0.5
+
+
+def test_the_tags_elevenlabs_clients_write_bare_become_a_document() -> None:
+    bare = 'AT&T says hi <break time="1.5s" /> then &amp; bye.'
+    assert said(with_vendor_tags(bare)) == [
+        ("AT&T says hi", [], 1.5, None, None),
+        ("then & bye.", [], None, None, None),
+    ]
+    assert with_vendor_tags("a < b & c") == "a < b & c"  # no tag: plain text stays plain
