@@ -30,7 +30,9 @@ class Item(BaseModel):
 
     text: str = Field(min_length=1, max_length=200)
     alias: str = Field(min_length=1, max_length=1000)
-    case_sensitive: bool | None = Field(None, description="False (the default): every capitalization matches.")
+    case_sensitive: bool | None = Field(
+        None, strict=True, description="False (the default): every capitalization matches."
+    )
 
 
 class DictionaryBody(BaseModel):

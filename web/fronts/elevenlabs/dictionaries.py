@@ -39,8 +39,10 @@ class Rule(BaseModel):
     alias: str | None = None
     phoneme: str | None = None
     alphabet: str | None = None
-    case_sensitive: bool | None = Field(None, description="False: the word matches in any case.")
-    word_boundaries: bool | None = Field(None, description="Only true (the default): rules match whole words.")
+    case_sensitive: bool | None = Field(None, strict=True, description="False: the word matches in any case.")
+    word_boundaries: bool | None = Field(
+        None, strict=True, description="Only true (the default): rules match whole words."
+    )
 
 
 class RulesBody(BaseModel):
@@ -122,7 +124,7 @@ def _store(service: Service, lexicon: Lexicon) -> str:
     return lexicon.lexicon_id
 
 
-@router.post("/add-from-file", responses=_ERRORS)
+@router.post("/add-from-file", responses=api_docs.errors(404, 413, 415, 422, shape=ElevenLabsErrorBody))
 async def add_from_file(request: Request, service: ServiceDep) -> dict[str, Any]:
     """A dictionary from a PLS file (multipart: `name`, `file`, `description`)."""
     settings = service.settings
