@@ -47,6 +47,13 @@ class Output:
     def rate(self, engine_rate: int) -> int:
         return self.sample_rate or engine_rate
 
+    @property
+    def media_type(self) -> str:
+        """Its media type: raw G.711 samples have their own (`G711_MEDIA_TYPES`), anything else its format's."""
+        if self.fmt == "pcm":
+            return G711_MEDIA_TYPES.get(self.encoding, MEDIA_TYPES["pcm"])
+        return MEDIA_TYPES[self.fmt]
+
 
 class Resampler:
     """s16le mono from one rate to another, piece by piece (FFmpeg's swresample through PyAV, which keeps its

@@ -15,8 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audio.encoding import MEDIA_TYPES
-from audio.output import G711_MEDIA_TYPES, Output, SampleEncoding
+from audio.output import Output, SampleEncoding
 from audio.word_timings import WordTiming
 from engines.base import BuiltinVoice
 from errors import InvalidInput, ServiceError
@@ -68,12 +67,6 @@ class OutputFormat(BaseModel):
 
 def _bad_format(message: str) -> InvalidInput:
     return InvalidInput(f"output_format: {message}", code="invalid_output_format", detail={"param": "output_format"})
-
-
-def media_type(audio: Output) -> str:
-    if audio.fmt == "pcm":
-        return G711_MEDIA_TYPES.get(audio.encoding, MEDIA_TYPES["pcm"])
-    return MEDIA_TYPES[audio.fmt]
 
 
 class VoiceSpecifier(BaseModel):

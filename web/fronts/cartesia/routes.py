@@ -31,7 +31,6 @@ from web.fronts.cartesia.protocol import (
     StepClock,
     VoicesQuery,
     event_error,
-    media_type,
     resolve_model,
     voice_view,
     voices_list,
@@ -95,7 +94,7 @@ async def tts_bytes(request: Request, body: GenerationRequest, service: ServiceD
     """Speak `transcript` in `voice` (a built-in voice, a blend or a registered voice id): raw samples, a WAV or an
     MP3, as it is made."""
     speech, audio, headers = await _speak(request, service, body, ("raw", "wav", "mp3"), timed=False)
-    return StreamingResponse(cut_on_failure(speech.encoded(audio)), media_type=media_type(audio), headers=headers)
+    return StreamingResponse(cut_on_failure(speech.encoded(audio)), media_type=audio.media_type, headers=headers)
 
 
 @router.post("/sse", response_class=StreamingResponse, responses={**_EVENTS, **_ERRORS})

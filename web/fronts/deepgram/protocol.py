@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audio.encoding import MEDIA_TYPES, AudioFormat
-from audio.output import G711_MEDIA_TYPES, Output, SampleEncoding
+from audio.encoding import AudioFormat
+from audio.output import Output, SampleEncoding
 from errors import InvalidInput, NotFound, ServiceError
 from lifecycle.request_context import REQUEST_ID
 
@@ -149,12 +149,6 @@ def _whole(param: str, value: float | None, default: int) -> int:
 
 def _bad_query(param: str, message: str) -> InvalidInput:
     return InvalidInput(f"{param}: {message}", code="invalid_output_format", detail={"param": param})
-
-
-def media_type(audio: Output) -> str:
-    if audio.fmt == "pcm":
-        return G711_MEDIA_TYPES.get(audio.encoding, MEDIA_TYPES["pcm"])
-    return MEDIA_TYPES[audio.fmt]
 
 
 class SpeakBody(BaseModel):

@@ -16,7 +16,6 @@ from web.fronts.deepgram.protocol import (
     DeepgramErrorBody,
     SpeakBody,
     SpeakQuery,
-    media_type,
     model_voice,
     speak_headers,
 )
@@ -55,7 +54,7 @@ async def speak(
         service.synthesis, native, audio, ctx, timed=False, ignored=query.ignored()
     )
     headers |= speak_headers(query.model_name(), body.text)
-    return StreamingResponse(cut_on_failure(speech.encoded(audio)), media_type=media_type(audio), headers=headers)
+    return StreamingResponse(cut_on_failure(speech.encoded(audio)), media_type=audio.media_type, headers=headers)
 
 
 @router.websocket("/speak")
