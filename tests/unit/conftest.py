@@ -1,13 +1,23 @@
-"""Fixtures the unit tests of the cloning engines share."""
+"""Fixtures unit tests share: a voice registry and one torch thread (the cloning engines), an event loop object
+(the fair queue's jobs)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from voicebank.registry import VoiceRegistry
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A loop object for Job.loop; FairQueue never touches it."""
+    event_loop = asyncio.new_event_loop()
+    yield event_loop
+    event_loop.close()
 
 
 @pytest.fixture

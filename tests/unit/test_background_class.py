@@ -10,28 +10,13 @@ import asyncio
 from collections.abc import Iterator
 
 import numpy as np
-import pytest
 
 from gpu.fairness import FairQueue
 from gpu.jobs import Job
 from gpu.scheduling_settings import SchedulingSettings
+from tests.support.clock import Clock
 
 RATE = 24_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    event_loop = asyncio.new_event_loop()
-    yield event_loop
-    event_loop.close()
 
 
 def steps() -> Iterator[list[np.ndarray]]:

@@ -18,28 +18,8 @@ from gpu.playback import EngineSpeed
 from gpu.queue_stats import OTHER_KEYS
 from gpu.scheduling_settings import SchedulingSettings
 from lifecycle.chunk_sources import PlannedChunks
+from tests.support.clock import Clock
 from text.chunking import Chunk, chunk_text
-
-
-class Clock:
-    """A clock that only moves when the test says so."""
-
-    def __init__(self, start: float = 0.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """A loop object for Job.loop; FairQueue never touches it."""
-    event_loop = asyncio.new_event_loop()
-    yield event_loop
-    event_loop.close()
 
 
 def fake_steps() -> Iterator[list[np.ndarray]]:
