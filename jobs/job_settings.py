@@ -49,4 +49,8 @@ class JobSettings(EngineSettings):
     """A job that ended (done, failed or cancelled) is removed with its audio this long after it ended."""
 
     job_webhook_attempts: int = Field(5, ge=1, le=20)
-    """Calls of a job's webhook before it is given up (each after twice the wait of the one before, from 1 s)."""
+    """Calls of a job's webhook before it is given up (each after twice the wait of the one before, from
+    POLYTTS_JOB_WEBHOOK_FIRST_WAIT_S); counted in the job table, so a restart goes on with the count and the wait."""
+
+    job_webhook_first_wait_s: float = Field(1.0, gt=0, le=3600)
+    """Wait after a job's first failed webhook call; each later wait is twice the one before."""

@@ -5,7 +5,9 @@ Each piece is one speech request through the lifecycle (`SynthesisService.speak`
 engine parameters as any request), in the fair queue's background class: its steps run only when no interactive
 request needs the GPU thread. One piece is under way at a time, node-wide; active jobs take turns piece by piece.
 A drain stops at a piece boundary: the piece under way is an ordinary request the drain waits for, and no other
-starts. Every state change is one log line with the job's id.
+starts; once it is stored, the node's running jobs are queued again in the table (the next start goes on with them).
+Every state change is one log line with the job's id. A job's webhook call is queued in the table as it ends and made
+by a task of its own (`_call_webhooks`), durably retried with backoff across restarts.
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from errors import Conflict, InvalidInput, NotFound, ServiceError, Unavailable
-from jobs import bounds
+from jobs import bounds, webhook
 from jobs.assembly import encode
 from jobs.pieces import JobSpec, PieceRequest, cut
-from jobs.store import ENDED, JobRecord, JobStore, Piece, write_atomically
-from jobs.webhook import deliver
+from jobs.store import ENDED, JobRecord, JobStore, Piece, Webhook, write_atomically
 from lifecycle.request_context import RequestContext
 from lifecycle.synthesis import SynthesisService
 from settings import Settings
@@ -49,8 +50,12 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._webhooks: set[asyncio.Task[bool]] = set()
+        self._webhooks: dict[str, asyncio.Task[None]] = {}
+        """The webhook calls under way, by job id."""
+        self._webhooks_changed = asyncio.Event()
         self._current: tuple[str, asyncio.Task[bytes]] | None = None
+        self._storing: asyncio.Task[None] | None = None
+        """The piece made being stored: a stop waits for it, so a piece made is never made again."""
         self.chars_per_s: float | None = None
         """Characters of job text synthesized per second of job work, as measured (None until a piece ends)."""
 
@@ -66,16 +71,38 @@ class JobRunner:
         self._store = await asyncio.to_thread(JobStore, self.settings.jobs_dir)
         for job_id in await asyncio.to_thread(self.store.recover):
             log.info("job %s queued again after a restart", job_id)
-        self._tasks = [asyncio.create_task(self._work()), asyncio.create_task(self._sweep())]
+        for hook in await asyncio.to_thread(self.store.webhooks):
+            log.info("job %s webhook resumed after %d failed attempt(s)", hook.job_id, hook.attempts)
+        self._tasks = [
+            asyncio.create_task(self._work()),
+            asyncio.create_task(self._sweep()),
+            asyncio.create_task(self._call_webhooks()),
+        ]
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._webhooks]:
+        """Stop at a piece boundary: a piece being stored is stored, one being made is cut (made again at the next
+        start); running jobs are queued again. Webhook calls under way are cut and made again at the next start."""
+        if self._storing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._storing)
+        tasks = [*self._tasks, *self._webhooks.values()]
+        for task in tasks:
             task.cancel()
-        for task in [*self._tasks, *self._webhooks]:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._store is not None:
-            self._store.close()
+        if self._store is None:
+            return
+        for job in self.store.every():
+            if job.state == "running":
+                self.store.set_state(job.id, "queued")
+                log.info(
+                    "job %s queued: the node stopped with %d of %d pieces stored; the next start goes on from there",
+                    job.id,
+                    job.pieces_done,
+                    job.pieces_total,
+                )
+        self._store.close()
 
     # -- the API ---------------------------------------------------------------------------------------------------
 
@@ -303,7 +330,13 @@ class JobRunner:
             return
         if error is not None:
             raise error
-        pcm = task.result()
+        self._storing = asyncio.create_task(self._store_piece(job, piece, task.result(), began))
+        try:
+            await asyncio.shield(self._storing)
+        finally:
+            self._storing = None
+
+    async def _store_piece(self, job: JobRecord, piece: Piece, pcm: bytes, began: float) -> None:
         await asyncio.to_thread(self.store.write_piece, job.id, piece.seq, pcm)
         if self.store.get(job.id) is None:  # deleted while its piece was written
             await asyncio.to_thread(self.store.delete, job.id)
@@ -346,15 +379,47 @@ class JobRunner:
         self._ended(self.store.get(job.id) or job, state, error)
 
     def _ended(self, job: JobRecord, state: str, error: str | None = None) -> None:
-        """The job ended: its line, the progress streams told, its webhook called (on a task of its own)."""
+        """The job ended: its line, the progress streams told, its webhook call (queued with its end) made."""
         log.info("job %s %s%s", job.id, state, f": {error}" if error else "")
         self._notify()
-        if job.webhook_url:
-            event = {"job_id": job.id, "state": state, "node": job.node, "error": error}
-            call = deliver(job.webhook_url, job.webhook_secret, event, self.settings.job_webhook_attempts)
-            task = asyncio.create_task(call)
-            self._webhooks.add(task)
-            task.add_done_callback(self._webhooks.discard)
+        self._webhooks_changed.set()
+
+    async def _call_webhooks(self) -> None:
+        """Forever: start each webhook call the table has due, each on a task of its own (a slow receiver delays
+        no other), then wait for the next to be due or a new one to be queued."""
+        while True:
+            self._webhooks_changed.clear()
+            now = time.time()
+            pending = self.store.webhooks()
+            for hook in pending:
+                if hook.due_at <= now and hook.job_id not in self._webhooks:
+                    self._webhooks[hook.job_id] = asyncio.create_task(self._call_webhook(hook))
+            later = [hook.due_at - now for hook in pending if hook.due_at > now]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._webhooks_changed.wait(), min(later) if later else None)
+
+    async def _call_webhook(self, hook: Webhook) -> None:
+        """One call of a job's webhook; its outcome in the table (delivered, given up, or when to call again)."""
+        try:
+            self._record_call(hook, await webhook.attempt(hook.url, hook.secret, hook.body))
+        finally:
+            self._webhooks.pop(hook.job_id, None)
+            self._webhooks_changed.set()
+
+    def _record_call(self, hook: Webhook, problem: str | None) -> None:
+        attempts, most = hook.attempts + 1, self.settings.job_webhook_attempts
+        if problem is None:
+            self.store.webhook_over(hook.job_id)
+            log.info("job %s webhook delivered (attempt %d/%d)", hook.job_id, attempts, most)
+            return
+        if attempts >= most:
+            self.store.webhook_over(hook.job_id)
+        else:
+            wait = webhook.backoff_s(attempts, self.settings.job_webhook_first_wait_s)
+            self.store.webhook_failed(hook.job_id, attempts, time.time() + wait)
+        log.warning("job %s webhook attempt %d/%d failed: %s", hook.job_id, attempts, most, problem)
+        if attempts >= most:
+            log.warning("job %s webhook given up after %d attempts", hook.job_id, attempts)
 
     async def _sweep(self) -> None:
         """Forever: remove ended jobs older than their retention."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from errors import InsufficientStorage
+from jobs.webhook import event_body
 from voicebank.voice_store import fsync_dir
 
 TABLE_FILE = "jobs.sqlite3"
@@ -61,6 +62,14 @@ CREATE TABLE IF NOT EXISTS pieces (
     done INTEGER NOT NULL DEFAULT 0,
     samples INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, seq)
+);
+CREATE TABLE IF NOT EXISTS webhooks (
+    job_id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    body BLOB NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    due_at REAL NOT NULL
 );
 """
 
@@ -113,6 +122,21 @@ class Piece:
     text: str
     done: bool = False
     samples: int = 0
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A job's webhook call still to make (jobs.webhook): kept apart from the job's row, so that the call of a job
+    cancelled and removed is still made."""
+
+    job_id: str
+    url: str
+    secret: str
+    body: bytes
+    attempts: int
+    """Calls made so far, all failed."""
+    due_at: float
+    """time.time() at which the next call is due."""
 
 
 class JobStore:
@@ -195,10 +219,14 @@ class JobStore:
         return {state: int(n) for state, n in self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")}
 
     def set_state(self, job_id: str, state: str, error: str | None = None) -> None:
+        """The job's new state; one that ends it queues its webhook call in the same transaction."""
         ended = time.time() if state in ENDED else None
-        self.db.execute(
-            "UPDATE jobs SET state = ?, error = ?, ended_at = ? WHERE id = ?", (state, error, ended, job_id)
-        )
+        with self._transaction():
+            self.db.execute(
+                "UPDATE jobs SET state = ?, error = ?, ended_at = ? WHERE id = ?", (state, error, ended, job_id)
+            )
+            if ended is not None:
+                self._queue_webhook(job_id)
 
     def served(self, job_id: str) -> None:
         """The job took its turn: another active job goes next."""
@@ -219,10 +247,36 @@ class JobStore:
                 )
 
     def finished(self, job_id: str, file_bytes: int) -> None:
-        """The job's file is in place: done, its pieces' files gone (the file holds their audio)."""
+        """The job's file is in place: done (its webhook call queued in the same transaction)."""
+        with self._transaction():
+            self.db.execute(
+                "UPDATE jobs SET state = 'done', bytes = ?, ended_at = ? WHERE id = ?",
+                (file_bytes, time.time(), job_id),
+            )
+            self._queue_webhook(job_id)
+
+    def _queue_webhook(self, job_id: str) -> None:
+        record = self.get(job_id)
+        if record is None or not record.webhook_url:
+            return
+        body = event_body(record.id, record.state, record.node, record.error)
         self.db.execute(
-            "UPDATE jobs SET state = 'done', bytes = ?, ended_at = ? WHERE id = ?", (file_bytes, time.time(), job_id)
+            "INSERT OR REPLACE INTO webhooks (job_id, url, secret, body, attempts, due_at) VALUES (?, ?, ?, ?, 0, ?)",
+            (job_id, record.webhook_url, record.webhook_secret, body, time.time()),
         )
+
+    def webhooks(self) -> list[Webhook]:
+        """The webhook calls still to make, soonest due first."""
+        rows = self.db.execute("SELECT * FROM webhooks ORDER BY due_at, job_id")
+        return [Webhook(**dict(row)) for row in rows]
+
+    def webhook_failed(self, job_id: str, attempts: int, due_at: float) -> None:
+        """A call failed: `attempts` made so far, the next due at `due_at`."""
+        self.db.execute("UPDATE webhooks SET attempts = ?, due_at = ? WHERE job_id = ?", (attempts, due_at, job_id))
+
+    def webhook_over(self, job_id: str) -> None:
+        """The call was delivered, or given up: no more of it."""
+        self.db.execute("DELETE FROM webhooks WHERE job_id = ?", (job_id,))
 
     def delete(self, job_id: str) -> None:
         """The job's row and pieces gone, then its folder (a folder left by a crash is removed at the next start)."""

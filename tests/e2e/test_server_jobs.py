@@ -1,17 +1,25 @@
 """Jobs on a real server process: a multi-chapter job killed (SIGKILL) at a few points and drained once (SIGTERM),
 restarted each time on the same folders, ends with the same PCM as the same job run without a break; no piece
-stored is ever synthesized again, and the drain stops at a piece boundary."""
+stored is ever synthesized again, and the drain stops at a piece boundary with the job queued in the table. A
+webhook call that failed goes on after a restart with its attempts counted, signed the same."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import http.server
+import json
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from audio.encoding import WAV_HEADER_BYTES
+from jobs.store import JobStore
+from jobs.webhook import SIGNATURE_HEADER, webhook_secret
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
@@ -75,6 +83,13 @@ def test_a_job_killed_and_drained_resumes_to_the_same_pcm(tmp_path: Path, assemb
         until(server, job_id, 4)
         assert server.stop() == 0  # SIGTERM: drained, a clean exit
         drained = server.log()
+        table = JobStore(tmp_path / "jobs")
+        try:
+            left = table.get(job_id)
+        finally:
+            table.close()
+        assert left is not None and left.state == "queued"  # handed back to the node's queue, not running
+        assert f"job {job_id} queued: the node stopped with {left.pieces_done} of {total} pieces stored" in drained
         server = restarted(tmp_path)
         servers.append(server)
         assert finished_pcm(server, job_id) == expected
@@ -99,3 +114,57 @@ def test_a_job_killed_and_drained_resumes_to_the_same_pcm(tmp_path: Path, assemb
             assert made[1] not in done, f"piece {made[1]} synthesized again after it was stored"
     assert len(done) == total
     assert log.count(f"job {job_id} queued again after a restart") == 3
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """A webhook receiver that answers 503 until `failing` is cleared, then 200; it keeps every call."""
+
+    calls: list[tuple[bytes, str, int]] = []
+    failing = threading.Event()
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        answer = 503 if self.failing.is_set() else 200
+        type(self).calls.append((body, self.headers[SIGNATURE_HEADER], answer))
+        self.send_response(answer)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_webhook_that_failed_goes_on_after_a_restart(tmp_path: Path, assembled_model: Path) -> None:
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    _Receiver.failing.set()
+    env = {**ENV, "POLYTTS_JOB_WEBHOOK_FIRST_WAIT_S": "5"}
+    server = ServerProcess(tmp_path, **env).start()
+    try:
+        url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
+        key = {"X-Fairness-Key": "hooked"}
+        job_id = httpx.post(
+            f"{server.url}/jobs", json={"text": "Call me when done.", "webhook_url": url}, headers=key, timeout=60
+        ).json()["job_id"]
+        failed = f"job {job_id} webhook attempt 1/5 failed: HTTP 503"
+        wait_until(lambda: failed in server.log(), JOB_S, "the webhook's first call to fail", detail=server.log)
+        assert server.proc is not None
+        server.proc.kill()  # its next call was due in 5 s: only the table knows of it now
+        server.proc.wait()
+        first = server.log()
+        _Receiver.failing.clear()
+        server = ServerProcess(tmp_path, **env).start()
+        delivered = f"job {job_id} webhook delivered (attempt 2/5)"
+        wait_until(lambda: delivered in server.log(), JOB_S, "the webhook's second call", detail=server.log)
+    finally:
+        receiver.shutdown()
+        server.stop()
+    assert f"job {job_id} webhook resumed after 1 failed attempt(s)" in server.log()
+    assert "webhook delivered" not in first
+    (body, signed, refused), (again, signed_again, answered) = _Receiver.calls
+    assert (refused, answered) == (503, 200)
+    assert again == body and signed_again == signed  # the same call, made by the new process
+    expected = hmac.new(webhook_secret("hooked").encode(), body, hashlib.sha256).hexdigest()
+    assert signed == f"sha256={expected}"
+    event = json.loads(body)
+    assert (event["job_id"], event["state"], event["error"]) == (job_id, "done", None)
