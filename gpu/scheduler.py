@@ -53,6 +53,7 @@ class Scheduler:
         job._on_consumed = self.gpu.wake
         job._on_stall = self.queue.record_stall
         self.queue.add(job)
+        log.debug("job %d (key %s, %s) admitted", job.id, job.key, _kind(job))
         self.gpu.wake()
         return job
 
@@ -90,6 +91,8 @@ class Scheduler:
         finally:
             # Accounted before the job's end is delivered, so its timings include this step.
             spent = time.perf_counter() - began
+            # In the order steps ran: what a newcomer waited for is read from these lines (debug level only).
+            log.debug("job %d (key %s, %s) step %d took %.3fs", job.id, job.key, _kind(job), job.units_done, spent)
             job.gpu_seconds += spent
             overlap = self.queue.charge(job, spent)
             if audio_s:
@@ -136,3 +139,8 @@ class Scheduler:
             log.info("job %d (key %s) dropped before its next step: %s", job.id, job.key, job.cancel_reason)
         self.queue.remove(job)
         job._deliver(outcome)
+
+
+def _kind(job: Job) -> str:
+    """The job's class in the debug lines: a background job's step, a stream's, or a whole file's."""
+    return "background" if job.background else "stream" if job.streaming else "file"

@@ -1,7 +1,8 @@
 """Jobs on a real server process: a multi-chapter job killed (SIGKILL) at a few points and drained once (SIGTERM),
 restarted each time on the same folders, ends with the same PCM as the same job run without a break; no piece
 stored is ever synthesized again, and the drain stops at a piece boundary with the job queued in the table. A
-webhook call that failed goes on after a restart with its attempts counted, signed the same."""
+webhook call that failed goes on after a restart with its attempts counted, signed the same. A stream that comes
+while a job runs waits for one job step at most (read from the node's own step lines, in the order steps ran)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,48 @@ def test_a_webhook_that_failed_goes_on_after_a_restart(tmp_path: Path, assembled
     assert signed == f"sha256={expected}"
     event = json.loads(body)
     assert (event["job_id"], event["state"], event["error"]) == (job_id, "done", None)
+
+
+LONG = " ".join(
+    f"Chapter {n} begins on a grey morning. The ferry leaves at nine, and the town is slow to wake up. "
+    "A dog barks at the gulls on the pier, and the baker opens his shutters."
+    for n in range(1, 13)
+)
+
+
+def test_a_stream_while_a_job_runs_waits_for_one_job_step_at_most(tmp_path: Path, assembled_model: Path) -> None:
+    server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_LOG_LEVEL="debug").start()
+    background_step = re.compile(r"job \d+ \(key [^,]*, background\) step")
+    try:
+        job = httpx.post(f"{server.url}/jobs", json={"text": LONG, "format": "wav"}, timeout=60).json()
+        wait_until(lambda: background_step.search(server.log()), JOB_S, "the job's first step", detail=server.log)
+        body = {"text": "Is the ferry on time today?", "language": "en"}
+        with (
+            server.client() as client,
+            client.stream("POST", "/tts/stream", json=body, headers={"X-Fairness-Key": "listener"}) as stream,
+        ):
+            assert stream.status_code == 200
+            assert b"".join(stream.iter_bytes())
+        # The job goes on once the stream is served (it was running all along).
+        stream_steps = re.compile(r"job (\d+) \(key [^,]*, stream\) step")
+
+        def job_went_on() -> bool:
+            log = server.log()
+            served = stream_steps.search(log)
+            return served is not None and background_step.search(log, served.end()) is not None
+
+        wait_until(job_went_on, JOB_S, "a job step after the stream's", detail=server.log)
+        assert status(server, job["job_id"])["state"] == "running"
+        httpx.delete(f"{server.url}/jobs/{job['job_id']}", timeout=30)
+    finally:
+        server.stop()
+    lines = server.log().splitlines()
+    admitted = next(i for i, line in enumerate(lines) if re.search(r"\(key [^,]*, stream\) admitted", line))
+    stream_id = re.search(r"job (\d+) ", lines[admitted])
+    assert stream_id is not None
+    first_step = next(
+        i for i in range(admitted, len(lines)) if f"job {stream_id[1]} (key" in lines[i] and " step " in lines[i]
+    )
+    assert any(background_step.search(line) for line in lines[:admitted])  # a job step ran before it came
+    waited_for = [line for line in lines[admitted:first_step] if background_step.search(line)]
+    assert len(waited_for) <= 1, waited_for  # the step under way when it came, and no other
