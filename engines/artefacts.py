@@ -22,6 +22,7 @@ from typing import BinaryIO, Generic, TypeVar
 import numpy as np
 import soundfile as sf
 
+from durable import replace_synced
 from errors import ServiceError
 
 log = logging.getLogger("polytts.artefacts")
@@ -139,13 +140,14 @@ def _discard(path: Path, why: object) -> None:
 
 
 def write_atomically(target: Path, write: Callable[[str], object]) -> None:
-    """Let `write` fill a temporary file beside `target`, then rename it in: readers never see half a file."""
+    """Let `write` fill a temporary file beside `target`, then rename it in (durably): readers never see half a
+    file."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, target)
+        replace_synced(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

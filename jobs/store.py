@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
 import shutil
 import sqlite3
 import time
@@ -19,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable import replace_synced, write_synced
 from errors import InsufficientStorage
 from jobs.webhook import event_body
-from voicebank.voice_store import fsync_dir
 
 TABLE_FILE = "jobs.sqlite3"
 TMP_SUFFIX = ".tmp"
@@ -340,17 +339,10 @@ def write_atomically(path: Path, parts: Iterable[bytes]) -> int:
     """Write `parts` to a temporary file beside `path`, flush it to disk, rename it onto `path` and make the rename
     durable; returns the bytes written. A full disk is a 507 with nothing left behind."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    written = 0
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            for part in parts:
-                f.write(part)
-                written += len(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        written = write_synced(tmp, parts)
+        replace_synced(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in _NO_SPACE:

@@ -8,10 +8,10 @@ nodes (or two requests) storing the same lexicon write the same bytes.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
+from durable import write_synced
 from engines.artefacts import write_atomically
 from errors import NotFound
 from lexicons.lexicon import LEXICON_ID, Lexicon, check_lexicon_id
@@ -48,7 +48,7 @@ class LexiconStore:
         with self._lock:
             if lexicon_id in self._lexicons:
                 return False
-            write_atomically(self.root / f"{lexicon_id}.json", lambda tmp: _write_durably(tmp, lexicon.canonical()))
+            write_atomically(self.root / f"{lexicon_id}.json", lambda tmp: write_synced(tmp, lexicon.canonical()))
             self._lexicons[lexicon_id] = lexicon
             return True
 
@@ -67,10 +67,3 @@ class LexiconStore:
         with self._lock:
             (self.root / f"{lexicon_id}.json").unlink(missing_ok=True)
             self._lexicons.pop(lexicon_id, None)
-
-
-def _write_durably(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())

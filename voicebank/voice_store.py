@@ -27,6 +27,7 @@ from pathlib import Path
 
 import soundfile as sf
 
+from durable import fsync_dir, write_synced
 from engines.base import EngineSpec
 from errors import InsufficientStorage, ServiceError
 from voicebank.ids import is_voice_id
@@ -171,7 +172,7 @@ class VoiceStore:
         try:
             tmp.mkdir()
             for name, data in files.items():
-                _write_bytes(tmp / name, data)
+                write_synced(tmp / name, data)
             _write_json(tmp / META_FILE, meta)  # last: a folder with meta.json is a finished one
             fsync_dir(tmp)
             if replace and dest.exists():
@@ -294,29 +295,8 @@ def _clip_info(path: Path) -> tuple[int, int]:
     return info.frames, info.samplerate
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _write_json(path: Path, meta: VoiceMeta) -> None:
-    _write_bytes(path, meta.to_json())
-
-
-def fsync_dir(path: Path) -> None:
-    """Make renames inside `path` durable; some platforms cannot open a folder for this, which is not an error."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    write_synced(path, meta.to_json())
 
 
 def _remove_quietly(path: Path) -> None:

@@ -727,13 +727,13 @@ def test_registering_a_damaged_pack_again_rewrites_it(reg: VoiceRegistry, root: 
 def test_no_space_left_is_a_507_and_leaves_nothing(
     reg: VoiceRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write = voice_store._write_bytes
+    real_write = voice_store.write_synced
 
     def write(path: Path, data: bytes) -> None:
         real_write(path, data[: len(data) // 2])  # half written, then the disk is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(voice_store, "_write_bytes", write)
+    monkeypatch.setattr(voice_store, "write_synced", write)
     with pytest.raises(InsufficientStorage) as exc:
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
     assert exc.value.status == 507 and exc.value.code == "insufficient_storage"
@@ -741,7 +741,7 @@ def test_no_space_left_is_a_507_and_leaves_nothing(
     assert os.listdir(root) == [] and len(reg) == 0
     monkeypatch.undo()
     old, _ = reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="hello"))
-    monkeypatch.setattr(voice_store, "_write_bytes", write)
+    monkeypatch.setattr(voice_store, "write_synced", write)
     before = snapshot(root)
     with pytest.raises(InsufficientStorage):  # a replace that runs out of space keeps the old voice
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="other", replace=True))
