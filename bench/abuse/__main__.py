@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from bench.abuse import hostage, refusals, signals, small_items, text_work
+from bench.abuse import abandoned, hostage, refusals, signals, small_items, text_work
 from bench.abuse.admission import random_keys
 from bench.abuse.inputs import damaged_voices, keyed_probes, plain_probes
 from bench.abuse.probing import API_KEY, SENTENCE, Outcome, Target, line, no_tracebacks
@@ -49,6 +49,7 @@ def own_servers() -> list[Target]:
             plain = Target("plain", server.url, server.pid, cache_dir=server.cache_dir, log_path=server.log_path)
             text_work.probes(plain, own=True)
             small_items.probes(plain, own=True)
+            abandoned.probes(plain, own=True)
             plain_probes(plain, own=True)  # last: it ends by reading the log for tracebacks
             targets.append(plain)
         voices = logs / "voices"
@@ -97,6 +98,7 @@ def given_server(args: argparse.Namespace) -> Target:
     plain_probes(target, own=False)
     text_work.probes(target, own=False)
     small_items.probes(target, own=False)
+    abandoned.probes(target, own=False)
     keyed_probes(target, None)
     refusals.probes(target, own=False)
     hostage.probes(target, own=False)
