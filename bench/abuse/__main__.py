@@ -78,6 +78,7 @@ def own_servers() -> list[Target]:
         with local_server({**hostage.SERVER_ENV, "POLYTTS_LOG_LEVEL": "info"}, log_path=logs / "hostage.log") as server:
             held = Target("hostage", server.url, server.pid, log_path=server.log_path)
             hostage.probes(held, own=True)
+            abandoned.unread_probes(held, own=True)
             held.probe("no traceback logged", lambda: no_tracebacks(held))
             targets.append(held)
         stops = Target("signals", "-", None)
@@ -102,6 +103,7 @@ def given_server(args: argparse.Namespace) -> Target:
     keyed_probes(target, None)
     refusals.probes(target, own=False)
     hostage.probes(target, own=False)
+    abandoned.unread_probes(target, own=False)
     one_slot = health.get("limits", {}).get("max_inflight") == 1 and not args.api_key
     target.probe(
         "2,000 rejected requests with random keys",
