@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from engines.step_stop import StepStop
 from errors import ClientDisconnected, ServiceError
 from gpu.playback import Playback
 
@@ -95,6 +96,8 @@ class Job:
     cancel_reason: str | None = None
     cancel_error: ServiceError | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    stop: StepStop = field(default_factory=StepStop)
+    """Set with `cancelled`: stops the step under way, where its engine can (`engines.step_stop`)."""
     detached: bool = False
     """Its reader fell behind real time: it holds no admission slot and steps only once its audio is taken."""
     playback: Playback = field(default_factory=Playback)
@@ -114,13 +117,15 @@ class Job:
     def cancel(
         self, reason: str = CLIENT_GONE, *, discard_audio: bool = False, error: ServiceError | None = None
     ) -> None:
-        """Drop the job before its next step; `discard_audio` also frees the audio waiting for its reader; `error`
-        is what its reader gets (JobCancelled naming the reason by default)."""
+        """Drop the job before its next step, and stop the step under way where its engine can; `discard_audio`
+        also frees the audio waiting for its reader; `error` is what its reader gets (JobCancelled naming the reason
+        by default)."""
         if not self.cancelled.is_set():
             self.cancel_reason = reason
             self.cancel_error = error
             self._discard_audio = discard_audio
             self.cancelled.set()
+            self.stop.set()
             self._on_consumed()  # a job parked on a full buffer must be seen, and dropped
 
     def drop_stalled(self, reason: str) -> None:

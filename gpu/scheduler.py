@@ -3,7 +3,8 @@
 It admits jobs into the queue (`gpu.fairness.FairQueue`), hands the GPU thread (`gpu.gpu_thread.GpuThread`) the
 step of the job the queue picks (to a lane, for an engine that runs several steps at once), cuts a stream's step
 short where the queue says, delivers each audio piece to the job's reader as it is produced, charges the step's GPU
-time to the job's key and learns the engine's speed from it, and drops cancelled jobs before their next step."""
+time to the job's key and learns the engine's speed from it, and drops cancelled jobs before their next step (the step
+under way of one stops early where its engine can, `engines.step_stop`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engines.device import running_step
+from engines.step_stop import StepStopped, within
 from errors import ServiceError
 from gpu.fairness import FairQueue
 from gpu.gpu_thread import GpuThread, Step
@@ -81,11 +83,14 @@ class Scheduler:
         as it is produced."""
         began = time.perf_counter()
         ending: Any = None  # how the job ends with this step, if it does
+        stopped = False
         audio_s: float | None = None  # audio of a step that ran to its end
         try:
             self.queue.cut_step(job)
-            with running_step(beside):
+            with running_step(beside), within(job.stop):
                 ending, audio_s = self._run_unit(job, began)
+        except StepStopped:  # cancelled mid-step: the engine is free already
+            ending, stopped = job.dropped(), True
         except Exception as exc:  # handed to the request
             ending = exc
         finally:
@@ -98,7 +103,7 @@ class Scheduler:
             if audio_s:
                 self.queue.learn(job, spent, audio_s, overlap)
             if ending is not None:
-                self._finish(job, ending)
+                self._finish(job, ending, spent if stopped else None)
 
     def _run_unit(self, job: Job, began: float) -> tuple[Any, float | None]:
         """One unit of the job: how the job ends with it (done or cancelled; None when it goes on), and the audio
@@ -130,12 +135,17 @@ class Scheduler:
             return DONE, audio_s
         return None, audio_s
 
-    def _finish(self, job: Job, outcome: Any) -> None:
+    def _finish(self, job: Job, outcome: Any, stopped_after: float | None = None) -> None:
+        """`stopped_after`: seconds into its step at which the job's step under way was stopped, if it was."""
         if job._units is not None:
             close = getattr(job._units, "close", None)
             if close is not None:
                 close()  # runs the job's own clean-up (e.g. releasing MLX memory) here, on the GPU thread
-        if outcome is not DONE and job.cancelled.is_set():
+        if stopped_after is not None:
+            log.info(
+                "job %d (key %s) stopped %.3fs into its step: %s", job.id, job.key, stopped_after, job.cancel_reason
+            )
+        elif outcome is not DONE and job.cancelled.is_set():
             log.info("job %d (key %s) dropped before its next step: %s", job.id, job.key, job.cancel_reason)
         self.queue.remove(job)
         job._deliver(outcome)

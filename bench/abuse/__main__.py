@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from bench.abuse import hostage, refusals, signals, small_items, text_work
+from bench.abuse import abandoned, hostage, refusals, signals, small_items, text_work
 from bench.abuse.admission import random_keys
 from bench.abuse.inputs import damaged_voices, keyed_probes, plain_probes
 from bench.abuse.probing import API_KEY, SENTENCE, Outcome, Target, line, no_tracebacks
@@ -49,6 +49,7 @@ def own_servers() -> list[Target]:
             plain = Target("plain", server.url, server.pid, cache_dir=server.cache_dir, log_path=server.log_path)
             text_work.probes(plain, own=True)
             small_items.probes(plain, own=True)
+            abandoned.probes(plain, own=True)
             plain_probes(plain, own=True)  # last: it ends by reading the log for tracebacks
             targets.append(plain)
         voices = logs / "voices"
@@ -77,6 +78,7 @@ def own_servers() -> list[Target]:
         with local_server({**hostage.SERVER_ENV, "POLYTTS_LOG_LEVEL": "info"}, log_path=logs / "hostage.log") as server:
             held = Target("hostage", server.url, server.pid, log_path=server.log_path)
             hostage.probes(held, own=True)
+            abandoned.unread_probes(held, own=True)
             held.probe("no traceback logged", lambda: no_tracebacks(held))
             targets.append(held)
         stops = Target("signals", "-", None)
@@ -97,9 +99,11 @@ def given_server(args: argparse.Namespace) -> Target:
     plain_probes(target, own=False)
     text_work.probes(target, own=False)
     small_items.probes(target, own=False)
+    abandoned.probes(target, own=False)
     keyed_probes(target, None)
     refusals.probes(target, own=False)
     hostage.probes(target, own=False)
+    abandoned.unread_probes(target, own=False)
     one_slot = health.get("limits", {}).get("max_inflight") == 1 and not args.api_key
     target.probe(
         "2,000 rejected requests with random keys",

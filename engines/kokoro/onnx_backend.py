@@ -27,6 +27,7 @@ import numpy as np
 from engines.base import EngineLoadError
 from engines.device import step_runs_beside
 from engines.kokoro.backend import KokoroBackend
+from engines.step_stop import StepStopped, on_stop, stopped
 from models.assemble import DURATIONS_OUTPUT, MODEL_FILE, is_assembled, model_sum
 
 log = logging.getLogger("polytts.engines.kokoro")
@@ -118,13 +119,22 @@ class OnnxBackend(KokoroBackend):
         self._session = self._beside = None
 
     def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+        import onnxruntime as ort
+
         inputs = {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
         session = self._beside if self._beside is not None and step_runs_beside() else self._session
-        audio, durations = session.run(["audio", DURATIONS_OUTPUT], inputs)
+        options = ort.RunOptions()
+        try:
+            with on_stop(lambda: setattr(options, "terminate", True)):
+                audio, durations = session.run(["audio", DURATIONS_OUTPUT], inputs, options)
+        except Exception as exc:  # ONNX Runtime's own Fail: a stopped run is told apart by the stop, not the text
+            if stopped():
+                raise StepStopped("inference stopped: its request was cancelled") from exc
+            raise
         return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations, dtype=np.int64).reshape(-1)
 
     def describe(self) -> dict[str, object]:

@@ -13,7 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
+import websockets.sync.client
 
+from bench.abuse.abandoned import unread_cartesia_contexts
 from bench.abuse.payloads import (
     http_head,
     live_body_broken_after_audio,
@@ -22,12 +24,19 @@ from bench.abuse.payloads import (
     reset_or_closed,
     stalled_readers,
 )
-from bench.abuse.probing import requests_total
+from bench.abuse.probing import Target, requests_total
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
 LONG = " ".join(f"Sentence {i} of a long answer keeps the engine busy for a good while." for i in range(30))
 IDLE_S = 6
+CARTESIA_FIRST = {
+    "model_id": "sonic-2",
+    "transcript": "",
+    "continue": False,
+    "voice": {"mode": "id", "id": "af_heart"},
+    "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000},
+}
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +121,26 @@ def test_readers_that_never_read_are_disconnected(node: ServerProcess) -> None:
     finally:
         stream.close()
         live.close()
+
+
+def test_a_cartesia_client_that_sends_ending_contexts_and_never_reads_is_dropped_with_memory_flat(
+    node: ServerProcess,
+) -> None:
+    """First messages with an empty transcript and `continue: false`, as fast as the node takes them, none of their
+    `done` read: the node takes one answer's worth at a time, so it stops taking them once the connection is full,
+    and drops the socket at the reader idle limit; its memory stays flat (the probe holds it)."""
+    assert node.proc is not None
+    answer = unread_cartesia_contexts(Target("node", node.url, node.proc.pid), reader_idle_s=3)
+    assert answer.status == "dropped", answer.detail
+    assert "cartesia/tts/websocket: the client read nothing for 3 s: socket dropped" in node.log()
+    with websockets.sync.client.connect(node.url.replace("http", "ws") + "/cartesia/tts/websocket") as ws:
+        ws.send(json.dumps({**CARTESIA_FIRST, "context_id": "after"}))
+        assert json.loads(ws.recv(timeout=30)) == {
+            "type": "done",
+            "context_id": "after",
+            "done": True,
+            "status_code": 200,
+        }
 
 
 def test_a_live_request_that_fails_after_its_audio_started_is_cut_and_counted_under_its_own_code(

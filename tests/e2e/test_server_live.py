@@ -7,6 +7,7 @@ import asyncio
 import base64
 import io
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -174,6 +175,10 @@ def test_a_disconnect_mid_way_frees_the_gpu_thread(node: ServerProcess) -> None:
             assert running(node) == 1
     wait_until(lambda: running(node) == 0, 60, "the abandoned live request to leave the GPU thread")
     assert "tts/live outcome=cancelled" in node.log()
+    # Its step under way was stopped mid-inference, not run to its end (ONNX Runtime's RunOptions.terminate).
+    assert re.search(r"job \d+ \(key live-client\) stopped \d+\.\d{3}s into its step: client disconnected", node.log())
+    with httpx.Client(base_url=node.url, timeout=120, headers=AUTH) as client:
+        assert client.post("/tts", json={"text": "The engine is free again."}).content  # served, as ever
 
 
 def test_two_live_clients_and_a_stream_share_the_gpu_thread(node: ServerProcess) -> None:

@@ -7,15 +7,17 @@ once that audio is out, is answered by `flush_done` with its `flush_id` (the chu
 `cancel: true` stops the context's work at once, and nothing more of it is sent (a barge-in). Audio comes as `chunk`
 events (base64, in the context's `output_format`), word timings as `timestamps` events after their audio where
 `add_timestamps` asked for them. A socket with no context open that sends nothing for SOCKET_IDLE_S is closed, as
-Cartesia closes one after five minutes.
+Cartesia closes one after five minutes. A context that ends with nothing to say is answered `done` before the next
+message is read, so a client that never reads holds one answer at a time, and is dropped after
+POLYTTS_READER_IDLE_LIMIT_S (`JsonSocket`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import dataclasses
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,6 +42,8 @@ from web.fronts.cartesia.protocol import (
 from web.fronts.shared.contexts import ContextSocket, SocketContext
 from web.fronts.shared.live import open_session
 from web.http_errors import deny_websocket
+
+log = logging.getLogger("polytts.live")
 
 SOCKET_IDLE_S = 300.0
 """How long a socket with no context open may send nothing."""
@@ -73,7 +77,7 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
     A client that closes the socket leaves nobody to hear its contexts: they are cancelled."""
 
     def __init__(self, websocket: WebSocket, service: Service) -> None:
-        super().__init__(websocket)
+        super().__init__(websocket, service.settings.reader_idle_limit_s)
         self.service = service
         self.flushes: dict[str | None, _Flushes] = {}
         self.request = connection_context(websocket, self.route, streaming=True)
@@ -102,7 +106,7 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
                     self.contexts.cancel(context)
                 return
             if context is None:
-                context = self._open(message)
+                context = await self._open(message)
                 if context is None:
                     return
         except ValidationError as exc:
@@ -126,9 +130,9 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
         if not message.continue_:
             context.end()
 
-    def _open(self, message: SocketMessage) -> SocketContext[SocketMessage] | None:
+    async def _open(self, message: SocketMessage) -> SocketContext[SocketMessage] | None:
         """Start a context from its first message, once its voice, format and model are known to be answered; an
-        ending message with nothing to say opens none (`done` at once)."""
+        ending message with nothing to say opens none (`done` at once, before the next message is read)."""
         if message.voice is None or message.output_format is None:
             raise InvalidInput("a context's first message names its voice and output_format", code="invalid_message")
         message.voice_id()
@@ -136,8 +140,13 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
         resolve_model(message.model_id, self.service.pool.engines)
         if not message.transcript.strip() and not message.continue_:
             assert message.context_id is not None
-            self.contexts.closed.add(message.context_id)
-            asyncio.ensure_future(self.send({"type": "done", "context_id": message.context_id, "done": True, **_OK}))
+            self.contexts.close_id(message.context_id)
+            if not await self.send({"type": "done", "context_id": message.context_id, "done": True, **_OK}):
+                log.info(
+                    "%s: context %r with nothing to say cancelled: its client left before its done",
+                    self.route,
+                    message.context_id[:40],
+                )
             return None
         context = self.contexts.start(message.context_id, message, self._serve)
         self.flushes[context.id] = _Flushes()

@@ -52,7 +52,7 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
     audio. A client that closes the socket (or sends `Close`) leaves nobody to hear them: they are cancelled."""
 
     def __init__(self, websocket: WebSocket, service: Service, query: SpeakQuery, audio: Output, voice: str) -> None:
-        super().__init__(websocket)
+        super().__init__(websocket, service.settings.reader_idle_limit_s)
         self.service = service
         self.query = query
         self.audio = audio

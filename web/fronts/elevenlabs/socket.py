@@ -91,7 +91,7 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
         engine: str | None,
         multi: bool,
     ) -> None:
-        super().__init__(websocket)
+        super().__init__(websocket, service.settings.reader_idle_limit_s)
         self.service = service
         self.voice_id = voice_id
         self.query = query

@@ -13,20 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine
 from typing import Any, ClassVar, Generic, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from errors import InvalidInput, ServiceError
 from text.chunking import is_speakable
+from web.connections import CLOSE_CONNECTION
 from web.fronts.shared.live import receive_object
 from web.http_errors import SPEECH_ROUTE
+
+log = logging.getLogger("polytts.live")
 
 MAX_CONTEXTS = 5
 """Contexts open at once on one socket: a client that never closes its contexts is refused new ones rather than
 holding ever more live requests."""
+MAX_CLOSED_IDS = 1_000
+"""Closed context ids one socket remembers, the most recent (a reused one is refused, `context_closed`): a client
+sending ever new ids holds bounded memory."""
 
 First = TypeVar("First")
 
@@ -76,10 +83,13 @@ class SocketContext(Generic[First]):
 
 class JsonSocket:
     """An accepted WebSocket spoken to in JSON text frames: its contexts' tasks send one frame at a time, and nothing
-    is sent once the client has gone."""
+    is sent once the client has gone. A send waits while the client does not read (what the node has to send is
+    bounded, and so, since the socket's messages are handled one at a time, what it reads); one that waits longer
+    than `stall_s` drops the socket: its connection is reset and its contexts cancelled."""
 
-    def __init__(self, websocket: WebSocket) -> None:
+    def __init__(self, websocket: WebSocket, stall_s: float | None = None) -> None:
         self.websocket = websocket
+        self.stall_s = stall_s
         self.left: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         """Done once the client has closed the socket, or a send to it failed: nobody hears its contexts then."""
         self._send_lock = asyncio.Lock()
@@ -100,24 +110,31 @@ class JsonSocket:
         scope = self.websocket.scope
         return scope.get("state", {}).get(SPEECH_ROUTE) or scope["path"].strip("/")
 
-    async def send(self, payload: dict[str, Any]) -> None:
+    async def send(self, payload: dict[str, Any]) -> bool:
+        """Whether it was sent (else the client has gone, or it stalled)."""
+        return await self._sent(lambda: self.websocket.send_text(json.dumps(payload, separators=(",", ":"))))
+
+    async def send_bytes(self, data: bytes) -> bool:
+        """A binary frame (a protocol that sends its audio so), one at a time with the JSON ones."""
+        return await self._sent(lambda: self.websocket.send_bytes(data))
+
+    async def _sent(self, send: Callable[[], Awaitable[None]]) -> bool:
         if self.gone:
-            return
+            return False
         async with self._send_lock:
+            if self.gone:
+                return False
             try:
-                await self.websocket.send_text(json.dumps(payload, separators=(",", ":")))
+                await asyncio.wait_for(send(), self.stall_s)
+                return True
+            except TimeoutError:
+                log.info("%s: the client read nothing for %.0f s: socket dropped", self.route, self.stall_s)
+                self.gone = True
+                if (reset := self.websocket.scope.get(CLOSE_CONNECTION)) is not None:
+                    reset()  # a graceful close would wait for the bytes the client never takes
             except (WebSocketDisconnect, RuntimeError):  # the client went away; RuntimeError: a send after it
                 self.gone = True
-
-    async def send_bytes(self, data: bytes) -> None:
-        """A binary frame (a protocol that sends its audio so), one at a time with the JSON ones."""
-        if self.gone:
-            return
-        async with self._send_lock:
-            try:
-                await self.websocket.send_bytes(data)
-            except (WebSocketDisconnect, RuntimeError):
-                self.gone = True
+        return False
 
     async def receive(self) -> dict[str, Any] | None:
         """The client's next JSON object; None once it has closed the socket."""
@@ -134,12 +151,20 @@ class JsonSocket:
 
 
 class SocketContexts(Generic[First]):
-    """The contexts open on one socket, and the ids of those it has closed (an id is never reused on a socket)."""
+    """The contexts open on one socket, and the ids of the last MAX_CLOSED_IDS it has closed (such an id is not
+    reused on the socket)."""
 
     def __init__(self, limit: int = MAX_CONTEXTS) -> None:
         self.limit = limit
         self.open: dict[str | None, SocketContext[First]] = {}
-        self.closed: set[str | None] = set()
+        self.closed: dict[str | None, None] = {}
+        """In the order they closed (a dict: ordered, and as quick to search as a set)."""
+
+    def close_id(self, context_id: str | None) -> None:
+        self.closed.pop(context_id, None)
+        self.closed[context_id] = None
+        if len(self.closed) > MAX_CLOSED_IDS:
+            del self.closed[next(iter(self.closed))]
 
     def get(self, context_id: str | None) -> SocketContext[First] | None:
         return self.open.get(context_id)
@@ -167,7 +192,7 @@ class SocketContexts(Generic[First]):
     def finished(self, context: SocketContext[First]) -> None:
         if self.open.get(context.id) is context:
             del self.open[context.id]
-        self.closed.add(context.id)
+        self.close_id(context.id)
 
     def cancel(self, context: SocketContext[First]) -> None:
         """Stop a context's work now (nothing more of it is spoken); its place is free at once."""
@@ -201,8 +226,8 @@ class ContextSocket(JsonSocket, ABC, Generic[First]):
     """Whether contexts whose text is complete are spoken to their end once the client's messages are over, while
     the client is there to hear them; else every context still open is cancelled at once."""
 
-    def __init__(self, websocket: WebSocket) -> None:
-        super().__init__(websocket)
+    def __init__(self, websocket: WebSocket, stall_s: float | None = None) -> None:
+        super().__init__(websocket, stall_s)
         self.contexts: SocketContexts[First] = SocketContexts()
         self._receiver: asyncio.Future[dict[str, Any] | None] | None = None
 
@@ -236,11 +261,13 @@ class ContextSocket(JsonSocket, ABC, Generic[First]):
                 # A context's end wakes the loop too: the idle timeout may apply from then on.
                 waits: set[asyncio.Future[Any]] = {receiver, self.left, *ends, *self.contexts.tasks()}
                 done, _ = await asyncio.wait(waits, timeout=self.idle_timeout(), return_when="FIRST_COMPLETED")
+                if self.gone:  # what the client sent before it went (or stalled) has nobody to answer
+                    break
                 if not done:
                     await self.idle()
                     break
                 if receiver not in done:
-                    if self.gone or done & ends:  # the client has gone, or a task the socket ends with has ended
+                    if done & ends:  # a task the socket ends with has ended
                         break
                     continue
                 try:

@@ -1,0 +1,162 @@
+"""A step under way stopped once its request is cancelled (engines.step_stop): Kokoro on ONNX Runtime ends its
+inference mid-run (`RunOptions.terminate`), the job ends as cancelled, and the engine serves the next request at
+once with the audio it always made."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions
+from engines.kokoro.engine import KokoroEngine
+from engines.kokoro.onnx_backend import OnnxBackend
+from engines.step_stop import StepStop, StepStopped, on_stop, within
+from lifecycle.request_context import RequestContext
+from lifecycle.service import Service
+from tests.support.apps import kokoro_service
+from text.languages import resolve_language
+from web.fronts.shared.requests import TTSRequest
+
+LONG = (
+    "The harbour master walked the length of the long stone pier every morning before the boats went out, counting "
+    "the moorings, checking the lamps, and writing in his little book which of the old ropes would need replacing "
+    "before the winter storms arrived, because nobody else in the village had ever been willing to do it properly."
+)
+"""One step of many seconds on the CPU (the tests chunk it whole)."""
+SHORT = "Short and quick."
+ENGLISH = SynthesisOptions(language=resolve_language("en"))
+HEART = BuiltinVoice("af_heart", "en-us", "kokoro")
+
+
+def test_a_stop_runs_the_hooks_of_the_blocks_under_way_once_and_a_late_one_at_once() -> None:
+    stop, calls = StepStop(), []
+    with stop.hooked(lambda: calls.append("under way")):
+        stop.set()
+        stop.set()
+    assert calls == ["under way"] and stop.is_set
+    with stop.hooked(lambda: calls.append("late")):
+        assert calls == ["under way", "late"]
+    after = StepStop()
+    with after.hooked(lambda: calls.append("ended")):
+        pass
+    after.set()  # the block had ended: its hook is gone
+    assert calls == ["under way", "late"]
+
+
+def test_outside_a_step_nothing_stops() -> None:
+    with on_stop(lambda: pytest.fail("no step, no stop")):
+        pass
+
+
+class Announced:
+    """A session whose `run` says when it starts."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.running = threading.Event()
+
+    def run(self, *args: Any) -> Any:
+        self.running.set()
+        return self.session.run(*args)
+
+
+@pytest.fixture(scope="module")
+def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
+    kokoro = KokoroEngine(
+        backend="onnx",
+        runtime="cpu",
+        onnx_dir=assembled_model,
+        torch_model="",
+        threads=2,
+        parallel_steps=1,
+        caps=EngineCaps(first_chunk_chars=400, max_chunk_chars=400),
+    )
+    kokoro.load()
+    yield kokoro
+    kokoro.unload()
+
+
+def speak(engine: KokoroEngine, text: str) -> np.ndarray:
+    return np.concatenate(list(engine.stream(text, engine.prepare_voice(HEART), ENGLISH)))
+
+
+@pytest.mark.slow
+def test_an_inference_stopped_from_another_thread_ends_at_once_and_the_session_serves_on(
+    engine: KokoroEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = engine.backend
+    assert isinstance(backend, OnnxBackend)
+    before = speak(engine, SHORT)
+    announced = Announced(backend._session)
+    monkeypatch.setattr(backend, "_session", announced)
+    stop, ended = StepStop(), list[str]()
+
+    def long_step() -> None:
+        with within(stop):
+            try:
+                speak(engine, LONG)
+                ended.append("finished")
+            except StepStopped:
+                ended.append("stopped")
+
+    worker = threading.Thread(target=long_step)
+    worker.start()
+    assert announced.running.wait(60), "the long inference did not start"
+    stop.set()  # from this thread, as the event loop cancels a request
+    worker.join(60)
+    assert ended == ["stopped"]
+    monkeypatch.undo()
+    after = speak(engine, SHORT)
+    assert after.shape == before.shape and np.array_equal(after, before)
+    with within(StepStop()):  # a step never stopped runs to its end
+        assert np.array_equal(speak(engine, SHORT), before)
+
+
+@pytest.fixture
+def uncached(tmp_path: Path, assembled_model: Path) -> Iterator[Service]:
+    """The service on the real engine, one step at a time, each text one step, no caches: every request runs."""
+    with kokoro_service(
+        tmp_path,
+        assembled_model,
+        onnx_parallel_steps=1,
+        first_chunk_chars=400,
+        chunk_chars=400,
+        memory_cache_bytes=0,
+        pcm_cache_bytes=0,
+    ) as built:
+        yield built
+
+
+async def synthesize(service: Service, text: str) -> bytes:
+    speech = await service.synthesis.speak(TTSRequest(text=text, language="en"), RequestContext("test", "test"))
+    return b"".join([pcm async for pcm in speech.pcm()])
+
+
+@pytest.mark.slow
+async def test_a_request_cancelled_mid_step_frees_the_engine_and_the_next_is_served_as_before(
+    uncached: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = await synthesize(uncached, SHORT)
+    engine = uncached.pool.engines["kokoro"]
+    assert isinstance(engine, KokoroEngine) and isinstance(engine.backend, OnnxBackend)
+    backend = engine.backend
+    announced = Announced(backend._session)
+    monkeypatch.setattr(backend, "_session", announced)
+    abandoned = asyncio.create_task(synthesize(uncached, LONG))
+    assert await asyncio.to_thread(announced.running.wait, 60), "the long step did not start"
+    abandoned.cancel()  # what a client that goes away does to its request
+    with pytest.raises(asyncio.CancelledError):
+        await abandoned
+    monkeypatch.undo()
+    assert await synthesize(uncached, SHORT) == before  # the same audio as ever, from the same session
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("stopped" in line and "into its step: client disconnected" in line for line in lines), lines
+    outcomes = [line for line in lines if " outcome=" in line]
+    assert len(outcomes) == 3 and " outcome=cancelled " in outcomes[1] and " audio=0.00s " in outcomes[1], outcomes
+    assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records), lines
