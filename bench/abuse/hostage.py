@@ -96,12 +96,14 @@ def readers_that_never_read(target: Target) -> Answer:
 
 def live_failure_after_audio(target: Target) -> Answer:
     """A /tts/live body whose second message is not UTF-8, sent once audio has started: the body must be cut (no
-    closing chunk), and counted as `invalid_message`."""
+    closing chunk), counted as `invalid_message`, and (where the log is read) no ERROR said of the cut."""
     before = requests_total(target.url, "tts/live", "invalid_message")
     rest = live_body_broken_after_audio(target.url)
     expect(not rest.endswith(b"0\r\n\r\n"), "the body ended cleanly: the client cannot tell it failed")
     counted = requests_total(target.url, "tts/live", "invalid_message") - before
     expect(counted == 1, f"counted {counted} times as invalid_message")
+    incomplete = "ASGI callable returned without completing response"
+    expect(incomplete not in target.log_says(), f"logged {incomplete!r} at ERROR")
     return Answer("200, cut", "the chunked body ended without its last chunk; counted as invalid_message")
 
 
