@@ -176,7 +176,9 @@ class RegistrationChecks:
                 samples = f.read(dtype="float32", always_2d=True)
                 sample_rate = f.samplerate
         except (sf.SoundFileError, RuntimeError, ValueError) as exc:
-            raise InvalidInput(f"{name} is not a readable audio file: {exc}", code="invalid_audio") from exc
+            # libsndfile's own words, without the in-memory file's repr its message opens with
+            reason = exc.error_string if isinstance(exc, sf.LibsndfileError) else str(exc)
+            raise InvalidInput(f"{name} is not a readable audio file: {reason}", code="invalid_audio") from exc
         frames = samples.shape[0]
         if frames == 0:
             raise InvalidInput(f"{name} holds no audio frames", code="empty_audio")

@@ -95,6 +95,8 @@ SPEECH_ROUTE = "speech_route"
 one log line and count are the lifecycle's."""
 _DENIED_HANDSHAKE: contextvars.ContextVar[bool] = contextvars.ContextVar("denied_handshake", default=False)
 """Set in the ASGI task of a WebSocket whose handshake `deny_websocket` answered."""
+_CUT_STREAM: contextvars.ContextVar[bool] = contextvars.ContextVar("cut_stream", default=False)
+"""Set in the ASGI task of a request whose streamed body was cut on purpose (`stream_cut`)."""
 
 
 async def refuse(
@@ -134,13 +136,22 @@ async def deny_websocket(
         await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
 
 
+def stream_cut() -> None:
+    """The request's streamed body was cut on purpose (`middleware.CutStreams`, after the failure's own log line):
+    uvicorn's ERROR that its response is incomplete is dropped."""
+    _CUT_STREAM.set(True)
+
+
 class _DeniedHandshakes(logging.Filter):
     """Drops uvicorn's ERROR `ASGI callable returned without completing handshake.` for a handshake that
     `deny_websocket` answered: uvicorn's websockets-sansio protocol (its default) never counts an HTTP answer as the
-    handshake's end (uvicorn PR #3138), so it says so for every refusal. A handshake left unanswered still logs it."""
+    handshake's end (uvicorn PR #3138), so it says so for every refusal. A handshake left unanswered still logs it.
+    So too `... without completing response.` for a body cut on purpose (`stream_cut`): the cut is how the client
+    learns of a failure after its status, and the failure was logged where it happened."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (_DENIED_HANDSHAKE.get() and record.getMessage().startswith("ASGI callable returned without"))
+        on_purpose = _DENIED_HANDSHAKE.get() or _CUT_STREAM.get()
+        return not (on_purpose and record.getMessage().startswith("ASGI callable returned without"))
 
 
 _DENIED_HANDSHAKES = _DeniedHandshakes()

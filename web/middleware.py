@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from errors import PayloadTooLarge, StreamCut
 from web.front_spec import Front, front_for
-from web.http_errors import SPEECH_ROUTE, error_response, refuse, route_path
+from web.http_errors import SPEECH_ROUTE, error_response, refuse, route_path, stream_cut
 from web.request_ids import REQUEST_ID
 
 log = logging.getLogger("polytts.server")
@@ -37,6 +37,7 @@ class CutStreams:
             await self.app(scope, receive, send)
         except StreamCut as exc:
             log.debug("stream cut: %s", exc)
+            stream_cut()
 
 
 class AccessLog:

@@ -1,5 +1,6 @@
 """Probes of clients that would hold a node hostage: live sessions that never speak, readers that never read, a live
-request failing after its audio started, and a crowd of refused clients obeying Retry-After.
+request failing after its audio started, a malformed message on an open ElevenLabs socket, and a crowd of refused
+clients obeying Retry-After.
 
 `probes` needs a keyless node (every client shares the anonymous key) with a short live idle limit and reader idle
 limit, as `SERVER_ENV` sets them; `obeying_retry_after` runs on any keyless node.
@@ -95,12 +96,14 @@ def readers_that_never_read(target: Target) -> Answer:
 
 def live_failure_after_audio(target: Target) -> Answer:
     """A /tts/live body whose second message is not UTF-8, sent once audio has started: the body must be cut (no
-    closing chunk), and counted as `invalid_message`."""
+    closing chunk), counted as `invalid_message`, and (where the log is read) no ERROR said of the cut."""
     before = requests_total(target.url, "tts/live", "invalid_message")
     rest = live_body_broken_after_audio(target.url)
     expect(not rest.endswith(b"0\r\n\r\n"), "the body ended cleanly: the client cannot tell it failed")
     counted = requests_total(target.url, "tts/live", "invalid_message") - before
     expect(counted == 1, f"counted {counted} times as invalid_message")
+    incomplete = "ASGI callable returned without completing response"
+    expect(incomplete not in target.log_says(), f"logged {incomplete!r} at ERROR")
     return Answer("200, cut", "the chunked body ended without its last chunk; counted as invalid_message")
 
 
@@ -135,10 +138,31 @@ def obeying_retry_after(target: Target, clients: int = 200) -> Answer:
     )
 
 
+def malformed_on_stream_input(target: Target, sockets: int = 5) -> Answer:
+    """ElevenLabs stream-input sockets sent their first message, then one that is not JSON: each must answer the
+    protocol's error and close at once, not hold the socket until the live idle limit."""
+    url = target.url.replace("http", "ws", 1) + "/elevenlabs/v1/text-to-speech/af_heart/stream-input"
+    headers = {"xi-api-key": target.api_key} if target.api_key else {}
+    closed_after: list[float] = []
+    for _ in range(sockets):
+        with connect(f"{url}?output_format=pcm_16000", additional_headers=headers, open_timeout=30) as ws:
+            started = time.perf_counter()
+            ws.send(json.dumps({"text": " "}))
+            ws.send("{not json")
+            heard = [json.loads(message) for message in ws]
+            closed_after.append(time.perf_counter() - started)
+        expect(bool(heard) and heard[0].get("error") == "invalid_message", f"answered {heard[:2]}")
+    expect(max(closed_after) < LIVE_IDLE_S / 2, f"a socket closed only after {max(closed_after):.1f} s")
+    return Answer(
+        f"invalid_message x{sockets}", f"closed at most {max(closed_after):.3f} s after the malformed message"
+    )
+
+
 def probes(target: Target, own: bool) -> None:
     skip = None if own else f"needs a keyless server of its own with {SERVER_ENV}"
     target.probe("8 idle live sessions with keep-alives", lambda: idle_live_sessions(target), skip)
     target.probe("readers that never read (stream, WebSocket)", lambda: readers_that_never_read(target), skip)
     target.probe("live request failing after its audio started", lambda: live_failure_after_audio(target), skip)
+    target.probe("malformed message on ElevenLabs stream-input", lambda: malformed_on_stream_input(target))
     keyless = None if not target.api_key else "needs a keyless server"
     target.probe("200 clients obeying Retry-After", lambda: obeying_retry_after(target), keyless)

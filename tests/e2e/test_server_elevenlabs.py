@@ -227,3 +227,29 @@ def test_pipecat_barge_in_after_the_turn_stops_the_work(node: ServerProcess) -> 
 
     asyncio.run(run())
     cancelled_line(node, "/multi-stream-input", before)
+
+
+SOCKET_END_BOUND_S = 20.0
+"""Far less than the live idle limit (60 s), which a malformed frame's socket used to wait out."""
+
+
+def test_a_malformed_message_ends_the_stream_input_socket_at_once(node: ServerProcess) -> None:
+    """The first message, then one that is not JSON: the error, `isFinal`, then the close, each time (the context's
+    cancel used to be lost when it came with the first message, and the socket waited out the idle limit)."""
+    import websockets
+
+    url = node.url.replace("http", "ws") + f"/elevenlabs/v1/text-to-speech/{VOICE}/stream-input?output_format=pcm_16000"
+
+    async def one_socket() -> tuple[list[dict[str, Any]], int | None]:
+        async with websockets.connect(url, additional_headers={"xi-api-key": KEY}) as ws:
+            await ws.send(json.dumps({"text": " "}))
+            await ws.send("{not json")
+            heard = [json.loads(message) async for message in ws]
+            return heard, ws.close_code
+
+    async def sockets() -> list[tuple[list[dict[str, Any]], int | None]]:
+        async with asyncio.timeout(SOCKET_END_BOUND_S):
+            return [await one_socket() for _ in range(5)]
+
+    for heard, code in asyncio.run(sockets()):
+        assert heard[0]["error"] == "invalid_message" and heard[-1] == {"isFinal": True} and code == 1000, heard

@@ -94,6 +94,17 @@ def test_hostile_bodies_get_clear_client_errors(
     assert '"8"' not in response.text  # a JSON error position is not presented as a field
 
 
+def test_the_openai_route_calls_a_lone_surrogate_invalid_text(client: TestClient) -> None:
+    """The code every other route answers for it, where pydantic's length check called it `invalid_input`."""
+    body = b'{"model": "tts-1", "voice": "alloy", "input": "lone \\ud800 surrogate"}'
+    response = client.post("/v1/audio/speech", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_text" and "surrogate" in error["message"], error
+    empty = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": ""})
+    assert empty.status_code == 422 and empty.json()["error"]["code"] == "invalid_input"
+
+
 def test_a_huge_voice_name_is_not_echoed_back(client: TestClient) -> None:
     name = "v" * 1_000_000
     response = client.post("/tts", json={"text": "hi", "voice_id": name})

@@ -249,6 +249,8 @@ def test_refusal_messages_say_what_to_do(root: Path) -> None:
     with pytest.raises(InvalidInput) as exc:
         reg.register(Registration(audio=make_audio(), engine="voxcpm", ref_text="x", seed_audio=b"junk"))
     assert "seed_audio" in exc.value.message
+    # libsndfile's reason, not the in-memory file's repr ("<_io.BytesIO object at 0x...>") its message opens with
+    assert exc.value.message == "seed_audio is not a readable audio file: Format not recognised."
     with pytest.raises(InvalidInput) as exc:
         reg.register(Registration(audio=make_audio(3.0), engine="voxcpm", ref_text="x"))
     assert "between 0.5 and 2 seconds" in exc.value.message and "3.000 s" in exc.value.message

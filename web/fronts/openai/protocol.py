@@ -14,7 +14,8 @@ import math
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from audio.encoding import AudioFormat
 from errors import ClientDisconnected, NotFound, ServiceError
@@ -29,6 +30,16 @@ OWNER = "polytts"
 
 
 SSE_MEDIA_TYPE = "text/event-stream"
+
+
+def _not_empty(text: str) -> str:
+    """`input`'s `min_length=1`, checked here: pydantic's own length check refuses a lone surrogate as a malformed
+    string, where the text's cleaning refuses it with the code every route answers (`invalid_text`, text.cleaning)."""
+    if not text:
+        raise PydanticCustomError(
+            "string_too_short", "String should have at least {min_length} character", {"min_length": 1}
+        )
+    return text
 
 
 class VoiceObject(BaseModel):
@@ -49,7 +60,9 @@ class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1, description="tts-1, tts-1-hd, gpt-4o-mini-tts (the default engine) or an engine.")
-    input: str = Field(min_length=1, description="Text to speak.")
+    input: Annotated[str, AfterValidator(_not_empty)] = Field(
+        description="Text to speak.", json_schema_extra={"minLength": 1}
+    )
     voice: Annotated[str, Field(pattern=r"\S")] | VoiceObject = Field(
         description="An OpenAI voice name (mapped by the voice table), a built-in voice, a blend, a registered "
         'voice id, or {"id": "..."}.'

@@ -210,7 +210,10 @@ async def _next(
         try:
             if not idle_left:
                 raise TimeoutError
-            item = await asyncio.wait_for(inbox.get(), min(flush_after, idle_left) if pending else idle_left)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that comes just as the message
+            # does (CPython gh-86296), which left a closed socket's context waiting out the idle limit.
+            async with asyncio.timeout(min(flush_after, idle_left) if pending else idle_left):
+                item = await inbox.get()
         except TimeoutError:
             if pending and clock.left():
                 assert text is not None
