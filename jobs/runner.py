@@ -233,7 +233,8 @@ class JobRunner:
             if status["state"] in ENDED:
                 return
             try:
-                await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
+                async with asyncio.timeout(KEEPALIVE_S):  # not wait_for: on 3.11 it can swallow a cancel
+                    await changed.wait()
             except TimeoutError:
                 yield None
 
@@ -396,7 +397,8 @@ class JobRunner:
                     self._webhooks[hook.job_id] = asyncio.create_task(self._call_webhook(hook))
             later = [hook.due_at - now for hook in pending if hook.due_at > now]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._webhooks_changed.wait(), min(later) if later else None)
+                async with asyncio.timeout(min(later) if later else None):
+                    await self._webhooks_changed.wait()
 
     async def _call_webhook(self, hook: Webhook) -> None:
         """One call of a job's webhook; its outcome in the table (delivered, given up, or when to call again)."""

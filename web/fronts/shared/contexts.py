@@ -125,7 +125,8 @@ class JsonSocket:
             if self.gone:
                 return False
             try:
-                await asyncio.wait_for(send(), self.stall_s)
+                async with asyncio.timeout(self.stall_s):  # not wait_for: on 3.11 it can swallow a cancel
+                    await send()
                 return True
             except TimeoutError:
                 log.info("%s: the client read nothing for %.0f s: socket dropped", self.route, self.stall_s)
