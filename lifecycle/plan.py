@@ -29,7 +29,7 @@ from text.cleaning import clean_text
 from text.languages import resolve_language
 from text.live_text import LiveText
 from text.scripts import unreadable_scripts
-from text.spoken import Spoken, check_spoken_length
+from text.spoken import Edit, Spoken, check_spoken_length
 from text.ssml import is_ssml, parse_ssml
 from voicebank.voice_entry import VoiceEntry
 
@@ -186,6 +186,7 @@ class Planner:
         first, cap, sentences = caps
         chunks: list[Chunk] = []
         texts: list[str] = []
+        lead = 0.0  # a break before any text: silence before the first chunk
         for segment in ssml.segments:
             if segment.rate is not None and "speed" not in options.params:
                 raise InvalidInput(
@@ -200,10 +201,15 @@ class Planner:
                 spoken = self.pronouncer.spoken(segment.text, plan.lexicons, engine, said, segment.edits)
                 if is_speakable(spoken.text):
                     parts = spoken.chunks(cap if chunks else first, cap, sentences)
-                    chunks += [dataclasses.replace(c, rate=segment.rate, language=segment.language) for c in parts]
+                    parts = [dataclasses.replace(c, rate=segment.rate, language=segment.language) for c in parts]
+                    if lead and not chunks:
+                        parts[0] = dataclasses.replace(parts[0], lead=lead)
+                    chunks += parts
                     texts.append(spoken.text)
             if segment.silence is not None and chunks:
                 chunks[-1] = dataclasses.replace(chunks[-1], silence=(chunks[-1].silence or 0.0) + segment.silence)
+            elif segment.silence is not None:
+                lead += segment.silence
         if not chunks:
             raise InvalidInput("the SSML holds nothing to speak", code="empty_text")
         text = "\n".join(texts)
@@ -214,11 +220,17 @@ class Planner:
         """`text` as the plan's engine says it with the plan's lexicons and inline phonemes (`Pronouncer.spoken`)."""
         return self.pronouncer.spoken(text, plan.lexicons, plan.engine, plan.options)
 
-    def live_text(self, plan: Plan, wake: Callable[[], None], phrase_chars: tuple[int, int] | None = None) -> LiveText:
+    def live_text(
+        self,
+        plan: Plan,
+        wake: Callable[[], None],
+        phrase_chars: tuple[int, int] | None = None,
+        ssml: bool | None = None,
+    ) -> LiveText:
         """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
         the engine says it, cut again when that is longer than the engine's cap, every limit counting spoken
         characters as `plan` does. `phrase_chars`: the request's own caps of its first and later phrases (a
-        client's chunk schedule), within the engine's."""
+        client's chunk schedule), within the engine's. `ssml`: as `LiveText` has it."""
         first, cap, _ = chunk_caps(plan.engine, None, None)
         if phrase_chars is not None:
             cap = min(cap, phrase_chars[1]) if cap else phrase_chars[1]
@@ -229,7 +241,26 @@ class Planner:
             wake,
             speak=lambda text: self.pronounced(plan, text),
             max_spoken_chars=self.settings.max_spoken_chars,
+            pronounce=lambda text, edits, language, rate: self.pronounced_ssml(plan, text, edits, language, rate),
+            ssml=ssml,
+            english=plan.options.language.code in ("en-us", "en-gb"),
         )
+
+    def pronounced_ssml(
+        self, plan: Plan, text: str, edits: list[Edit], language: str | None, rate: float | None
+    ) -> Spoken:
+        """A phrase of live SSML as the plan's engine says it: its elements' `edits`, in its `language` (None: the
+        plan's), with the plan's lexicons; a `rate` is refused where the engine takes no speed."""
+        options = plan.options
+        if rate is not None and "speed" not in options.params:
+            raise InvalidInput(
+                f"engine {plan.engine.name!r} takes no speed, so SSML <prosody rate> cannot be honoured",
+                code="invalid_ssml",
+            )
+        if language is not None:
+            options = dataclasses.replace(options, language=resolve_language(language))
+            plan.engine.check_language(options.language)
+        return self.pronouncer.spoken(text, plan.lexicons, plan.engine, options, edits)
 
 
 def engine_params(engine: Engine, request: VoiceRequest) -> dict[str, Param]:
@@ -274,6 +305,6 @@ def chunk_caps(
 
 
 def _chunk_key(chunk: Chunk) -> list[object]:
-    """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate and language."""
-    own = [chunk.silence, chunk.rate, chunk.language]
+    """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate, language and lead."""
+    own = [chunk.silence, chunk.rate, chunk.language, *([chunk.lead] if chunk.lead is not None else [])]
     return [len(chunk.text), chunk.pause, *(own if any(value is not None for value in own) else [])]

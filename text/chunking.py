@@ -44,6 +44,9 @@ class Chunk:
     """Its speed, times the request's (SSML `<prosody rate>`); None: the request's."""
     language: str | None = None
     """Its language (SSML `<lang>`), another G2P in the same voice; None: the request's."""
+    lead: float | None = None
+    """Seconds of silence before it, exactly (an SSML `<break>` before any text, or one the chunk before could no
+    longer carry on a live request): the pause after the chunk before counts towards it."""
 
 
 _CLOSERS = "\"'”’»)\\]}」』）】〕〉》"
@@ -378,10 +381,10 @@ def cut_short(chunk: Chunk, max_chars: int, inside_clauses: bool = False) -> tup
     rest_chunk = Chunk(
         spoken[1], chunk.pause, None if written[1] == spoken[1] else written[1], rest if len(rest) > 1 else ()
     )
-    if chunk.rate is None and chunk.language is None and chunk.silence is None:
+    if chunk.rate is None and chunk.language is None and chunk.silence is None and chunk.lead is None:
         return head_chunk, rest_chunk
     return (
-        dataclasses.replace(head_chunk, rate=chunk.rate, language=chunk.language),
+        dataclasses.replace(head_chunk, rate=chunk.rate, language=chunk.language, lead=chunk.lead),
         dataclasses.replace(rest_chunk, rate=chunk.rate, language=chunk.language, silence=chunk.silence),
     )
 

@@ -176,7 +176,7 @@ class _Reader:
             if tag in ("p", "paragraph", "s", "sentence"):
                 self.boundary("\n\n" if tag in ("p", "paragraph") else "\n")
         elif tag == "break":
-            seconds = _break_seconds(element)
+            seconds = break_seconds(element)
             if seconds:
                 self.pause(seconds)
         elif tag == "sub":
@@ -193,8 +193,8 @@ class _Reader:
         elif tag == "say-as":
             self.say_as(element)
         elif tag == "prosody":
-            self.begin(_rate(element, rate), language)
-            self.children(element, _rate(element, rate), language)
+            self.begin(prosody_rate(element, rate), language)
+            self.children(element, prosody_rate(element, rate), language)
             self.begin(rate, language)
         elif tag == "lang":
             spoken_in = element.attrs.get("xml:lang")
@@ -242,7 +242,7 @@ class _Reader:
             raise _invalid(element, f"say-as interpret-as {kind!r} is not one this node reads")
 
 
-def _break_seconds(element: Element) -> float:
+def break_seconds(element: Element) -> float:
     time = element.attrs.get("time")
     if time is not None:
         match = _TIME.match(time)
@@ -258,7 +258,7 @@ def _break_seconds(element: Element) -> float:
     return STRENGTHS[strength]
 
 
-def _rate(element: Element, outer: float | None) -> float | None:
+def prosody_rate(element: Element, outer: float | None) -> float | None:
     given = element.attrs.get("rate")
     if given is None:
         return outer
