@@ -6,8 +6,9 @@ read by text.ssml, and handed on as one placeholder character (a private-use one
 the segmenter cannot cut inside; `expand` turns a phrase's placeholders back into the words as written and the edits
 that say them. A `<break>`, and a `<prosody rate>` or `<lang>` opening or closing, is a `Mark`: the text before it is
 a phrase of its own, and what follows is said with the new rate and language (or after that much silence). `<speak>`,
-`<p>`, `<s>` and `<emphasis>` read as they do in a whole document. A `<lexicon>` is refused: a live request names its
-lexicons before its text (its `lexicons` field).
+`<p>`, `<s>` and `<emphasis>` read as they do in a whole document. Cartesia's own tags read too: `<spell>` as
+`<say-as interpret-as="characters">`, `<speed ratio="1.5"/>` the rate of what follows it. A `<lexicon>` is refused:
+a live request names its lexicons before its text (its `lexicons` field).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from errors import InvalidInput
 from text.safe_xml import parse_xml
 from text.spoken import Edit
-from text.ssml import MAX_DEPTH, break_seconds, parse_ssml, prosody_rate
+from text.ssml import MAX_DEPTH, break_seconds, cartesia_tag, parse_ssml, prosody_rate, speed_ratio
 
 MAX_TAG_CHARS = 2000
 """Longest tag (or comment) held while its end has not arrived."""
@@ -143,6 +144,7 @@ class LiveSsml:
             return
         if tag.startswith("<!"):
             raise InvalidInput("live SSML holds a DOCTYPE or other declaration, which is refused", code="xml_unsafe")
+        tag = cartesia_tag(tag) or tag
         named = _NAME.match(tag)
         if named is None:
             raise _malformed(f"{tag[:40]!r} is not a tag")
@@ -174,6 +176,10 @@ class LiveSsml:
             )
         elif name in _BOUNDARIES:
             out.append(_BOUNDARIES[name])
+        elif name == "speed":
+            self.rate = speed_ratio(element.attrs.get("ratio", ""))
+            out.append(Mark(0.0, self.rate, self.language))
+            return
         elif name == "prosody":
             rate = prosody_rate(element, self.rate)
             self._push(name, empty, out, rate, self.language)

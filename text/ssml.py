@@ -95,6 +95,50 @@ def with_vendor_tags(text: str) -> str:
     return f"<speak>{_BARE_AMPERSAND.sub('&amp;', text)}</speak>"
 
 
+_CARTESIA_TAG = re.compile(r"<(break|spell|speed)\b")
+_SPELL_OR_SPEED = re.compile(r"<(/?)spell\s*>|<speed\s+ratio\s*=\s*[\"']([^\"']*)[\"']\s*/?>")
+
+
+def speed_ratio(ratio: str) -> float:
+    """Cartesia's `<speed ratio>` as a rate; a 422 `invalid_ssml` for one that is no number or outside 0.25-4."""
+    try:
+        rate = float(ratio)
+    except ValueError:
+        rate = 0.0
+    if not 0.25 <= rate <= 4.0:
+        raise InvalidInput(f"<speed ratio={ratio[:20]!r}> is not a number from 0.25 to 4", code="invalid_ssml")
+    return rate
+
+
+def cartesia_tag(tag: str) -> str | None:
+    """Cartesia's `<spell>` or `</spell>` as the `<say-as>` that reads it; None for any other tag."""
+    match = _SPELL_OR_SPEED.fullmatch(tag)
+    if match is None or match.group(2) is not None:
+        return None
+    return "</say-as>" if match.group(1) else '<say-as interpret-as="characters">'
+
+
+def with_cartesia_tags(text: str) -> str:
+    """Plain text holding the tags Cartesia's clients write without a `<speak>` (`<break time="1s"/>`,
+    `<spell>`, `<speed ratio="1.5"/>`, which sets the speed of what follows it) as an SSML document; any other text
+    as it is."""
+    if is_ssml(text) or not _CARTESIA_TAG.search(text):
+        return text
+    opened = False
+
+    def standard(match: re.Match[str]) -> str:
+        nonlocal opened
+        if match.group(2) is None:
+            return cartesia_tag(match.group()) or match.group()
+        percent = round(speed_ratio(match.group(2)) * 100, 1)
+        tag = ("</prosody>" if opened else "") + f'<prosody rate="{percent:g}%">'
+        opened = True
+        return tag
+
+    body = _SPELL_OR_SPEED.sub(standard, _BARE_AMPERSAND.sub("&amp;", text))
+    return f"<speak>{body}{'</prosody>' if opened else ''}</speak>"
+
+
 def parse_ssml(document: str, english: bool = True) -> Ssml:
     """The document's segments and lexicons; `english`: spell letters out by their English names."""
     root = parse_xml(document, "the SSML", max_depth=MAX_DEPTH)

@@ -10,6 +10,7 @@ from text.chunking import Chunk, PhraseSegmenter
 from text.live_ssml import LiveSsml, Mark
 from text.live_text import LiveText
 from text.spoken import Edit, Spoken
+from text.ssml import with_cartesia_tags
 
 DOCUMENT = (
     '<speak>Say <sub alias="World Wide Web">W3C</sub>, then wait.<break time="700ms"/>'
@@ -92,3 +93,17 @@ def test_what_cannot_be_read_is_a_422_naming_it(pieces: list[str], code: str) ->
     with pytest.raises(InvalidInput) as refused:
         chunks_of(pieces)
     assert refused.value.code == code, refused.value.message
+
+
+def test_cartesia_tags_are_read_live_and_whole() -> None:
+    chunks = chunks_of(['<speed ratio="1.5"/>Fast, <spe', "ll>AB</spell> now."], ssml=True)
+    assert [(chunk.text, chunk.written, chunk.rate) for chunk in chunks] == [
+        ("Fast,", None, 1.5),
+        ("ay bee now.", "AB now.", 1.5),
+    ]
+    assert with_cartesia_tags('A &<speed ratio="0.8"/> <spell>AB</spell><speed ratio="1.2"/>.') == (
+        '<speak>A &amp;<prosody rate="80%"> <say-as interpret-as="characters">AB</say-as></prosody>'
+        '<prosody rate="120%">.</prosody></speak>'
+    )
+    with pytest.raises(InvalidInput):
+        with_cartesia_tags('<speed ratio="fast"/>Hi.')
