@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from cache import synthesis_key
 from engines import FAMILIES
-from engines.base import Engine, Param, SynthesisOptions, VoiceRef
-from errors import InvalidInput, PayloadTooLarge, invalid_fields
+from engines.base import BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
+from errors import InvalidInput, NotFound, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
 from lexicons.lexicon import Lexicon
 from lexicons.store import LexiconStore
@@ -31,7 +31,7 @@ from text.live_text import LiveText
 from text.scripts import unreadable_scripts
 from text.spoken import Edit, Spoken, check_spoken_length
 from text.ssml import is_ssml, parse_ssml
-from voicebank.voice_entry import VoiceEntry
+from voicebank.voice_entry import VoiceEntry, excerpt
 
 MIN_CHARS_PER_GEN = 20
 """Floor of a request's own cap on one generation: a smaller cap multiplies the work (one generation per word)."""
@@ -54,6 +54,8 @@ class Plan:
     audio."""
     lexicons: tuple[Lexicon, ...] = ()
     """The lexicons its text is pronounced with, in precedence order (lifecycle.pronunciation)."""
+    voices: dict[str, VoiceRef] = dataclasses.field(default_factory=dict)
+    """The other voices its chunks name (SSML `<voice>`), by name."""
 
     @property
     def chars(self) -> int:
@@ -92,7 +94,7 @@ class Planner:
         plan = await self.plan_voice(request, engine_name, timed, principal)
         caps = chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen)
         if is_ssml(written):
-            plan, text, chunks = self.ssml_chunks(plan, written, caps)
+            plan, text, chunks = await self.ssml_chunks(plan, written, caps)
         else:
             spoken = self.spoken(plan, written)
             text = spoken.text
@@ -168,7 +170,7 @@ class Planner:
         check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
         return spoken
 
-    def ssml_chunks(self, plan: Plan, document: str, caps: tuple[int, int, int]) -> tuple[Plan, str, list[Chunk]]:
+    async def ssml_chunks(self, plan: Plan, document: str, caps: tuple[int, int, int]) -> tuple[Plan, str, list[Chunk]]:
         """An SSML document's chunks (text.ssml): each segment pronounced in its own language and chunked, its
         chunks carrying its rate and language and the last one its break; the plan with the document's lexicons
         (`<lexicon>`) first among its own; the text as spoken, the segments' joined."""
@@ -182,7 +184,10 @@ class Planner:
                 f"{self.settings.max_lexicons_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
                 code="too_many_lexicons",
             )
-        plan = dataclasses.replace(plan, lexicons=added + plan.lexicons)
+        voices = {
+            name: await self.ssml_voice(plan, name) for name in dict.fromkeys(s.voice for s in ssml.segments) if name
+        }
+        plan = dataclasses.replace(plan, lexicons=added + plan.lexicons, voices=voices)
         first, cap, sentences = caps
         chunks: list[Chunk] = []
         texts: list[str] = []
@@ -201,7 +206,10 @@ class Planner:
                 spoken = self.pronouncer.spoken(segment.text, plan.lexicons, engine, said, segment.edits)
                 if is_speakable(spoken.text):
                     parts = spoken.chunks(cap if chunks else first, cap, sentences)
-                    parts = [dataclasses.replace(c, rate=segment.rate, language=segment.language) for c in parts]
+                    parts = [
+                        dataclasses.replace(c, rate=segment.rate, language=segment.language, voice=segment.voice)
+                        for c in parts
+                    ]
                     if lead and not chunks:
                         parts[0] = dataclasses.replace(parts[0], lead=lead)
                     chunks += parts
@@ -215,6 +223,21 @@ class Planner:
         text = "\n".join(texts)
         check_spoken_length(len(document), len(text), self.settings.max_spoken_chars)
         return plan, text, chunks
+
+    async def ssml_voice(self, plan: Plan, name: str) -> VoiceRef:
+        """The stock voice an SSML `<voice name>` names, of the plan's engine; a 422 `invalid_ssml` naming it
+        otherwise."""
+        try:
+            voice = await self.catalog.resolve(name)
+        except NotFound:
+            voice = None
+        if not isinstance(voice, BuiltinVoice) or voice.engine != plan.engine.name:
+            raise InvalidInput(
+                f"SSML <voice name={excerpt(name)!r}> is not a stock voice of engine {plan.engine.name!r}",
+                code="invalid_ssml",
+                detail={"element": "voice", "voice": excerpt(name)},
+            )
+        return voice
 
     def pronounced(self, plan: Plan, text: str) -> Spoken:
         """`text` as the plan's engine says it with the plan's lexicons and inline phonemes (`Pronouncer.spoken`)."""
@@ -307,4 +330,6 @@ def chunk_caps(
 def _chunk_key(chunk: Chunk) -> list[object]:
     """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate, language and lead."""
     own = [chunk.silence, chunk.rate, chunk.language, *([chunk.lead] if chunk.lead is not None else [])]
+    if chunk.voice is not None:
+        own.append(chunk.voice)
     return [len(chunk.text), chunk.pause, *(own if any(value is not None for value in own) else [])]

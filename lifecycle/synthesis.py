@@ -234,7 +234,8 @@ class SynthesisService:
                     chunk, last = taken
                     # Another request may have switched engines between two steps: load again if so.
                     self.pool.ensure(engine.name)
-                    handle = engine.prepare_voice(plan.voice)  # cached by the engine after the first time
+                    # Cached by the engine after the first time; a chunk may name another voice (SSML `<voice>`).
+                    handle = engine.prepare_voice(plan.voices.get(chunk.voice or "", plan.voice))
                     yield voice.chunk(chunk, handle, last)
                     manager.touch(engine.name)
             finally:

@@ -17,6 +17,7 @@ chunks each segment. The elements:
 - `<prosody rate="x-slow|slow|medium|fast|x-fast|<n>%">` the span's speed (times the request's).
 - `<lang xml:lang>` the span's language, read by that language's G2P in the same voice.
 - `<lexicon uri>` a stored lexicon (its id, or a URL ending in it) applied to the whole document.
+- `<voice name>` the span said by another voice (a dialogue in one request): a stock voice of the request's engine.
 
 Anything else is a 422 `invalid_ssml` naming the element; a document that is not well-formed, a 422 `malformed_xml`
 with its line and column.
@@ -66,6 +67,8 @@ class Segment:
     """Its speed, times the request's; None: the request's."""
     language: str | None = None
     """Its language (`<lang>`); None: the request's."""
+    voice: str | None = None
+    """The voice that says it (`<voice name>`); None: the request's."""
 
 
 @dataclass
@@ -156,6 +159,8 @@ class _Reader:
         self.english = english
         self.segments = [Segment()]
         self.lexicons: list[str] = []
+        self.voice: str | None = None
+        """The voice of the text read now (`<voice>`)."""
 
     @property
     def current(self) -> Segment:
@@ -164,12 +169,12 @@ class _Reader:
     def begin(self, rate: float | None, language: str | None) -> None:
         """Later text goes into a segment of this rate and language (a new one where the current differs)."""
         current = self.current
-        if (current.rate, current.language) == (rate, language):
+        if (current.rate, current.language, current.voice) == (rate, language, self.voice):
             return
         if current.text:
             current = Segment()
             self.segments.append(current)
-        current.rate, current.language = rate, language
+        current.rate, current.language, current.voice = rate, language, self.voice
 
     def append(self, text: str) -> None:
         """Text, its whitespace collapsed across what came before it."""
@@ -209,7 +214,7 @@ class _Reader:
             self.segments[-2].silence = (self.segments[-2].silence or 0.0) + seconds  # breaks in a row add up
             return
         segment.silence = (segment.silence or 0.0) + seconds
-        self.segments.append(Segment(rate=segment.rate, language=segment.language))
+        self.segments.append(Segment(rate=segment.rate, language=segment.language, voice=segment.voice))
 
     def element(self, element: Element, rate: float | None, language: str | None) -> None:
         tag = element.tag
@@ -246,6 +251,15 @@ class _Reader:
                 raise _invalid(element, "<lang> needs `xml:lang`")
             self.begin(rate, spoken_in)
             self.children(element, rate, spoken_in)
+            self.begin(rate, language)
+        elif tag == "voice":
+            name = element.attrs.get("name")
+            if not name:
+                raise _invalid(element, "<voice> needs a `name` (a stock voice)")
+            outer, self.voice = self.voice, name
+            self.begin(rate, language)
+            self.children(element, rate, language)
+            self.voice = outer
             self.begin(rate, language)
         elif tag == "lexicon":
             uri = element.attrs.get("uri", "").rstrip("/")
