@@ -121,3 +121,22 @@ def check_entries(count: int, max_entries: int) -> None:
         raise PayloadTooLarge(
             f"the lexicon has more than {max_entries} entries (POLYTTS_MAX_LEXICON_ENTRIES)", code="lexicon_too_large"
         )
+
+
+def from_bundle(data: bytes, lexicon_id: str, max_entries: int) -> Lexicon:
+    """A peer's bundle of `lexicon_id` (its canonical content), checked as an upload is: it hashes to that id, holds at
+    most `max_entries` entries, each said by an alias or by phonemes Kokoro can say; ValueError otherwise."""
+    try:
+        lexicon = Lexicon.from_canonical(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"its bundle is not a lexicon: {exc}") from None
+    if lexicon.lexicon_id != lexicon_id:
+        raise ValueError("its bundle is another lexicon")
+    if len(lexicon.lexemes) > max_entries:
+        raise ValueError(f"it holds more than {max_entries} entries")
+    for lexeme in lexicon.lexemes:
+        if (lexeme.alias is None) == (lexeme.phonemes is None):
+            raise ValueError("an entry is said neither by an alias nor by phonemes")
+        if lexeme.phonemes is not None:
+            to_kokoro(lexeme.phonemes, "kokoro")
+    return lexicon

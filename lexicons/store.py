@@ -59,6 +59,9 @@ class LexiconStore:
             raise NotFound(f"no lexicon {lexicon_id} is stored here", code="lexicon_not_found")
         return lexicon
 
+    def __contains__(self, lexicon_id: str) -> bool:
+        return lexicon_id in self._lexicons
+
     def list(self) -> list[Lexicon]:
         return list(self._lexicons.values())
 

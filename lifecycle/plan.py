@@ -7,18 +7,20 @@ a language or a parameter the engine does not take, text that is empty, too long
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from cache import synthesis_key
 from engines import FAMILIES
-from engines.base import Engine, Param, SynthesisOptions, VoiceRef
-from errors import InvalidInput, PayloadTooLarge, invalid_fields
+from engines.base import BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
+from errors import InvalidInput, NotFound, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
-from lexicons.lexicon import Lexicon
+from lexicons.lexicon import LEXICON_ID, Lexicon, from_bundle
 from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.pronunciation import Pronouncer
@@ -29,9 +31,11 @@ from text.cleaning import clean_text
 from text.languages import resolve_language
 from text.live_text import LiveText
 from text.scripts import unreadable_scripts
-from text.spoken import Spoken, check_spoken_length
+from text.spoken import Edit, Spoken, check_spoken_length
 from text.ssml import is_ssml, parse_ssml
-from voicebank.voice_entry import VoiceEntry
+from voicebank.voice_entry import VoiceEntry, excerpt
+
+log = logging.getLogger("polytts.plan")
 
 MIN_CHARS_PER_GEN = 20
 """Floor of a request's own cap on one generation: a smaller cap multiplies the work (one generation per word)."""
@@ -54,6 +58,8 @@ class Plan:
     audio."""
     lexicons: tuple[Lexicon, ...] = ()
     """The lexicons its text is pronounced with, in precedence order (lifecycle.pronunciation)."""
+    voices: dict[str, VoiceRef] = dataclasses.field(default_factory=dict)
+    """The other voices its chunks name (SSML `<voice>`), by name."""
 
     @property
     def chars(self) -> int:
@@ -92,7 +98,7 @@ class Planner:
         plan = await self.plan_voice(request, engine_name, timed, principal)
         caps = chunk_caps(plan.engine, request.max_chars_per_gen, request.max_sentences_per_gen)
         if is_ssml(written):
-            plan, text, chunks = self.ssml_chunks(plan, written, caps)
+            plan, text, chunks = await self.ssml_chunks(plan, written, caps)
         else:
             spoken = self.spoken(plan, written)
             text = spoken.text
@@ -126,7 +132,9 @@ class Planner:
         """Everything but the text: the voice, its engine (ready), the language, the engine's parameters and the
         lexicons (those the request names in `lexicons`, its key's (`principal`) and the node's). A live request
         plans this much before its text arrives. `timed` None: word timings where the engine has them."""
-        lexicons = self.pronouncer.lexicons(getattr(request, "lexicons", None), principal)
+        named = getattr(request, "lexicons", None)
+        await self.fetched_lexicons(self.pronouncer.ids(named, principal))
+        lexicons = self.pronouncer.lexicons(named, principal)
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
             self.pool.engine_for(self.settings.default_engine)
         voice = await self.catalog.resolve(request.voice_id)
@@ -168,13 +176,14 @@ class Planner:
         check_spoken_length(len(written), len(spoken.text), self.settings.max_spoken_chars)
         return spoken
 
-    def ssml_chunks(self, plan: Plan, document: str, caps: tuple[int, int, int]) -> tuple[Plan, str, list[Chunk]]:
+    async def ssml_chunks(self, plan: Plan, document: str, caps: tuple[int, int, int]) -> tuple[Plan, str, list[Chunk]]:
         """An SSML document's chunks (text.ssml): each segment pronounced in its own language and chunked, its
         chunks carrying its rate and language and the last one its break; the plan with the document's lexicons
         (`<lexicon>`) first among its own; the text as spoken, the segments' joined."""
         engine, options = plan.engine, plan.options
         ssml = parse_ssml(document, english=options.language.code in ("en-us", "en-gb"))
         named = [lexicon.lexicon_id for lexicon in plan.lexicons]
+        await self.fetched_lexicons(ssml.lexicons)
         added = tuple(self.pronouncer.store.get(i) for i in dict.fromkeys(ssml.lexicons) if i not in named)
         if len(added) + len(named) > self.settings.max_lexicons_per_request:
             raise InvalidInput(
@@ -182,10 +191,14 @@ class Planner:
                 f"{self.settings.max_lexicons_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
                 code="too_many_lexicons",
             )
-        plan = dataclasses.replace(plan, lexicons=added + plan.lexicons)
+        voices = {
+            name: await self.ssml_voice(plan, name) for name in dict.fromkeys(s.voice for s in ssml.segments) if name
+        }
+        plan = dataclasses.replace(plan, lexicons=added + plan.lexicons, voices=voices)
         first, cap, sentences = caps
         chunks: list[Chunk] = []
         texts: list[str] = []
+        lead = 0.0  # a break before any text: silence before the first chunk
         for segment in ssml.segments:
             if segment.rate is not None and "speed" not in options.params:
                 raise InvalidInput(
@@ -200,25 +213,71 @@ class Planner:
                 spoken = self.pronouncer.spoken(segment.text, plan.lexicons, engine, said, segment.edits)
                 if is_speakable(spoken.text):
                     parts = spoken.chunks(cap if chunks else first, cap, sentences)
-                    chunks += [dataclasses.replace(c, rate=segment.rate, language=segment.language) for c in parts]
+                    parts = [
+                        dataclasses.replace(c, rate=segment.rate, language=segment.language, voice=segment.voice)
+                        for c in parts
+                    ]
+                    if lead and not chunks:
+                        parts[0] = dataclasses.replace(parts[0], lead=lead)
+                    chunks += parts
                     texts.append(spoken.text)
             if segment.silence is not None and chunks:
                 chunks[-1] = dataclasses.replace(chunks[-1], silence=(chunks[-1].silence or 0.0) + segment.silence)
+            elif segment.silence is not None:
+                lead += segment.silence
         if not chunks:
             raise InvalidInput("the SSML holds nothing to speak", code="empty_text")
         text = "\n".join(texts)
         check_spoken_length(len(document), len(text), self.settings.max_spoken_chars)
         return plan, text, chunks
 
+    async def fetched_lexicons(self, ids: Sequence[str]) -> None:
+        """Those of `ids` not stored here fetched from the peers (POLYTTS_PEERS), checked and stored, as voices are:
+        a request naming a lexicon works on any node of the fleet. One no peer has stays missing (its 404 follows)."""
+        store, peers = self.pronouncer.store, self.catalog.peers
+        for lexicon_id in ids:
+            if not peers or lexicon_id in store or not LEXICON_ID.match(lexicon_id):
+                continue
+            data = await peers.lexicon(lexicon_id)
+            if data is None:
+                continue
+            try:
+                lexicon = from_bundle(data, lexicon_id, self.settings.max_lexicon_entries)
+            except (ValueError, InvalidInput) as exc:
+                log.warning("a peer's lexicon %s is refused: %s", lexicon_id, exc)
+                continue
+            await asyncio.to_thread(store.put, lexicon)
+
+    async def ssml_voice(self, plan: Plan, name: str) -> VoiceRef:
+        """The stock voice an SSML `<voice name>` names, of the plan's engine; a 422 `invalid_ssml` naming it
+        otherwise."""
+        try:
+            voice = await self.catalog.resolve(name)
+        except NotFound:
+            voice = None
+        if not isinstance(voice, BuiltinVoice) or voice.engine != plan.engine.name:
+            raise InvalidInput(
+                f"SSML <voice name={excerpt(name)!r}> is not a stock voice of engine {plan.engine.name!r}",
+                code="invalid_ssml",
+                detail={"element": "voice", "voice": excerpt(name)},
+            )
+        return voice
+
     def pronounced(self, plan: Plan, text: str) -> Spoken:
         """`text` as the plan's engine says it with the plan's lexicons and inline phonemes (`Pronouncer.spoken`)."""
         return self.pronouncer.spoken(text, plan.lexicons, plan.engine, plan.options)
 
-    def live_text(self, plan: Plan, wake: Callable[[], None], phrase_chars: tuple[int, int] | None = None) -> LiveText:
+    def live_text(
+        self,
+        plan: Plan,
+        wake: Callable[[], None],
+        phrase_chars: tuple[int, int] | None = None,
+        ssml: bool | None = None,
+    ) -> LiveText:
         """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
         the engine says it, cut again when that is longer than the engine's cap, every limit counting spoken
         characters as `plan` does. `phrase_chars`: the request's own caps of its first and later phrases (a
-        client's chunk schedule), within the engine's."""
+        client's chunk schedule), within the engine's. `ssml`: as `LiveText` has it."""
         first, cap, _ = chunk_caps(plan.engine, None, None)
         if phrase_chars is not None:
             cap = min(cap, phrase_chars[1]) if cap else phrase_chars[1]
@@ -229,7 +288,26 @@ class Planner:
             wake,
             speak=lambda text: self.pronounced(plan, text),
             max_spoken_chars=self.settings.max_spoken_chars,
+            pronounce=lambda text, edits, language, rate: self.pronounced_ssml(plan, text, edits, language, rate),
+            ssml=ssml,
+            english=plan.options.language.code in ("en-us", "en-gb"),
         )
+
+    def pronounced_ssml(
+        self, plan: Plan, text: str, edits: list[Edit], language: str | None, rate: float | None
+    ) -> Spoken:
+        """A phrase of live SSML as the plan's engine says it: its elements' `edits`, in its `language` (None: the
+        plan's), with the plan's lexicons; a `rate` is refused where the engine takes no speed."""
+        options = plan.options
+        if rate is not None and "speed" not in options.params:
+            raise InvalidInput(
+                f"engine {plan.engine.name!r} takes no speed, so SSML <prosody rate> cannot be honoured",
+                code="invalid_ssml",
+            )
+        if language is not None:
+            options = dataclasses.replace(options, language=resolve_language(language))
+            plan.engine.check_language(options.language)
+        return self.pronouncer.spoken(text, plan.lexicons, plan.engine, options, edits)
 
 
 def engine_params(engine: Engine, request: VoiceRequest) -> dict[str, Param]:
@@ -274,6 +352,8 @@ def chunk_caps(
 
 
 def _chunk_key(chunk: Chunk) -> list[object]:
-    """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate and language."""
-    own = [chunk.silence, chunk.rate, chunk.language]
+    """What of a chunk's cut changes its audio: its length, its pause, and SSML's silence, rate, language and lead."""
+    own = [chunk.silence, chunk.rate, chunk.language, *([chunk.lead] if chunk.lead is not None else [])]
+    if chunk.voice is not None:
+        own.append(chunk.voice)
     return [len(chunk.text), chunk.pause, *(own if any(value is not None for value in own) else [])]

@@ -36,10 +36,14 @@ class Pronouncer:
         self.max_per_request = max_per_request
         self.matchers = Matchers()
 
+    def ids(self, named: Sequence[str] | None, principal: str | None) -> list[str]:
+        """The ids of the lexicons a request is pronounced with, in precedence order, each once."""
+        return list(dict.fromkeys([*(named or ()), *self.key_defaults.get(principal or "", ()), *self.defaults]))
+
     def lexicons(self, named: Sequence[str] | None, principal: str | None) -> tuple[Lexicon, ...]:
         """The lexicons a request is pronounced with, in precedence order: those it names, its key's, the node's
         (each once); a 404 `lexicon_not_found` for one not stored, a 422 `too_many_lexicons` past the bound."""
-        ids = dict.fromkeys([*(named or ()), *self.key_defaults.get(principal or "", ()), *self.defaults])
+        ids = self.ids(named, principal)
         if len(ids) > self.max_per_request:
             raise InvalidInput(
                 f"the request is pronounced with {len(ids)} lexicons (its own and the defaults); the limit is "

@@ -108,14 +108,15 @@ class SynthesisService:
         ctx: RequestContext,
         timed: bool | None,
         phrase_chars: tuple[int, int] | None = None,
+        ssml: bool | None = None,
     ) -> tuple[Speech, LiveText]:
         """Admit a live request: its voice planned now, its phrases spoken as its text (the LiveText returned) gets
-        them (`phrase_chars`: as `Planner.live_text` has it); never cached."""
+        them (`phrase_chars` and `ssml`: as `Planner.live_text` has them); never cached."""
         timings = Timings(ctx.route, ctx.request_id)
         try:
             self.check_open()
             plan = await self.planner.plan_voice(request, ctx.engine, timed, ctx.principal)
-            text = self.planner.live_text(plan, self.scheduler.gpu.wake, phrase_chars)
+            text = self.planner.live_text(plan, self.scheduler.gpu.wake, phrase_chars, ssml)
             plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
             job = self.submit(plan, ctx, text)
             speech = Speech(plan, timings, ctx, self._generated(plan, job, timings), job)
@@ -233,7 +234,8 @@ class SynthesisService:
                     chunk, last = taken
                     # Another request may have switched engines between two steps: load again if so.
                     self.pool.ensure(engine.name)
-                    handle = engine.prepare_voice(plan.voice)  # cached by the engine after the first time
+                    # Cached by the engine after the first time; a chunk may name another voice (SSML `<voice>`).
+                    handle = engine.prepare_voice(plan.voices.get(chunk.voice or "", plan.voice))
                     yield voice.chunk(chunk, handle, last)
                     manager.touch(engine.name)
             finally:

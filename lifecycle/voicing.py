@@ -26,8 +26,13 @@ class Voicing:
         self.joiner = ChunkJoiner(engine.sample_rate)
         self.position = 0
         """Samples of the response so far."""
+        self.silence_after: float | None = None
+        """Seconds of silence the joiner put after the last chunk (None before the first)."""
 
     def chunk(self, chunk: Chunk, handle: object, last: bool) -> Iterator[np.ndarray | Words]:
+        if chunk.lead is not None and (pad := self.lead_samples(chunk.lead)) > 0:
+            self.position += pad
+            yield np.zeros(pad, dtype=np.float32)
         start, words = self.position, []
         options = self.options_of(chunk)
 
@@ -45,7 +50,16 @@ class Voicing:
             # The joiner cut the chunk's own leading silence: its words move that much earlier.
             shift, low, high = (start - self.joiner.lead_trimmed) / rate, start / rate, self.position / rate
             words = [word.shifted(shift).clamped(low, high) for word in words]
+        self.silence_after = chunk.silence if chunk.silence is not None else self.joiner.pauses[chunk.pause]
         yield Words(words)  # also the end of the chunk's audio, words or not (Cartesia's `flush_done` counts them)
+
+    def lead_samples(self, lead: float) -> int:
+        """Zeros to put before a chunk so that `lead` seconds of silence precede its onset: less the silence already
+        after the chunk before, or, for the first, the quiet the joiner keeps before an onset."""
+        rate = self.engine.sample_rate
+        if self.silence_after is None:
+            return round(lead * rate) - self.joiner.margin
+        return round((lead - self.silence_after) * rate)
 
     def options_of(self, chunk: Chunk) -> SynthesisOptions:
         """The request's options with the chunk's own rate and language (SSML `<prosody>`, `<lang>`), where set."""

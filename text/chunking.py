@@ -44,6 +44,11 @@ class Chunk:
     """Its speed, times the request's (SSML `<prosody rate>`); None: the request's."""
     language: str | None = None
     """Its language (SSML `<lang>`), another G2P in the same voice; None: the request's."""
+    voice: str | None = None
+    """The stock voice that says it (SSML `<voice>`); None: the request's."""
+    lead: float | None = None
+    """Seconds of silence before it, exactly (an SSML `<break>` before any text, or one the chunk before could no
+    longer carry on a live request): the pause after the chunk before counts towards it."""
 
 
 _CLOSERS = "\"'”’»)\\]}」』）】〕〉》"
@@ -354,7 +359,7 @@ def cut_short(chunk: Chunk, max_chars: int, inside_clauses: bool = False) -> tup
     if inside_clauses and len((chunk.parts or (chunk,))[0].text) > max_chars:
         inside = _cut_inside(chunk, max_chars)
         if inside is not None:
-            return inside
+            return _keeping(chunk, *inside)
     parts = chunk.parts
     if len(parts) < 2:
         return None
@@ -371,18 +376,30 @@ def cut_short(chunk: Chunk, max_chars: int, inside_clauses: bool = False) -> tup
             return None
         written = found
     head, rest = parts[:count], parts[count:]
-    # Both keep the chunk's own rate and language; the rest ends as the chunk did, its exact silence included.
     head_chunk = Chunk(
         spoken[0], head[-1].pause, None if written[0] == spoken[0] else written[0], head if count > 1 else ()
     )
     rest_chunk = Chunk(
         spoken[1], chunk.pause, None if written[1] == spoken[1] else written[1], rest if len(rest) > 1 else ()
     )
-    if chunk.rate is None and chunk.language is None and chunk.silence is None:
-        return head_chunk, rest_chunk
+    return _keeping(chunk, head_chunk, rest_chunk)
+
+
+def _keeping(chunk: Chunk, head: Chunk, rest: Chunk) -> tuple[Chunk, Chunk]:
+    """Both halves of `chunk` with its own rate, language and voice, the head with its lead, the rest ending as the
+    chunk did (its exact silence included)."""
+    if (
+        chunk.rate is None
+        and chunk.language is None
+        and chunk.silence is None
+        and chunk.lead is None
+        and chunk.voice is None
+    ):
+        return head, rest
+    rate, language, voice = chunk.rate, chunk.language, chunk.voice
     return (
-        dataclasses.replace(head_chunk, rate=chunk.rate, language=chunk.language),
-        dataclasses.replace(rest_chunk, rate=chunk.rate, language=chunk.language, silence=chunk.silence),
+        dataclasses.replace(head, rate=rate, language=language, voice=voice, lead=chunk.lead),
+        dataclasses.replace(rest, rate=rate, language=language, voice=voice, silence=chunk.silence),
     )
 
 

@@ -6,6 +6,10 @@ for the GPU thread to take it. While none of the request's phrases waits to be s
 as it is complete; while some wait, clauses are packed as on the other routes. Each phrase is rewritten as the engine
 says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a phrase longer as spoken than the
 cap it was cut for is cut again, so that one step stays one step's worth of audio.
+Live text may be SSML (text/live_ssml.py), read tag by tag as it arrives, so that a tag split across messages is
+whole before it is read and the segmenter never cuts inside one: a `<break>` ends the phrase before it with exactly
+that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>` or `<lang>`
+ends one and speaks what follows at its rate or in its language.
 The messages that carry the text, and their timeouts, are the web layer's (web/fronts/shared/live.py).
 """
 
@@ -19,7 +23,13 @@ from collections.abc import Callable
 from errors import PayloadTooLarge
 from text.chunking import Chunk, PhraseSegmenter, is_speakable
 from text.cleaning import clean_text
-from text.spoken import Spoken, check_spoken_length
+from text.live_ssml import LiveSsml, Mark
+from text.spoken import Edit, Spoken, check_spoken_length
+from text.ssml import is_ssml
+
+Pronounce = Callable[[str, list[Edit], str | None, float | None], Spoken]
+"""A phrase of SSML as the engine says it: its text as written, its elements' edits, its language and its rate (None:
+the request's)."""
 
 
 class LiveText:
@@ -36,9 +46,15 @@ class LiveText:
         wake: Callable[[], None],
         speak: Callable[[str], Spoken] = Spoken.of,
         max_spoken_chars: int = 0,
+        pronounce: Pronounce | None = None,
+        ssml: bool | None = None,
+        english: bool = True,
     ) -> None:
         """`speak`: a phrase as the engine will say it (`Engine.spoken_text` with the request's options);
-        `max_chars` and `max_spoken_chars` (0: no limit) bound all the request's text, as written and as spoken."""
+        `max_chars` and `max_spoken_chars` (0: no limit) bound all the request's text, as written and as spoken.
+        `pronounce`: a phrase of SSML as the engine says it (None: the text is never read as SSML); `ssml` True:
+        the text is SSML without a `<speak>` of its own (ElevenLabs' `enable_ssml_parsing`), None: when it begins
+        with `<speak`; `english`: SSML spells letters out by their English names."""
         self._segmenter = segmenter
         self._max_chars = max_chars
         self._wake = wake
@@ -58,6 +74,16 @@ class LiveText:
         self.flush_marks: list[int] = []
         """For each flush so far, the phrases cut by its end: once that many phrases are spoken, so is everything
         sent before it (Cartesia's `flush_done`)."""
+        self._pronounce = pronounce
+        self._ssml: LiveSsml | None = LiveSsml(english) if pronounce is not None and ssml else None
+        self._undecided = "" if pronounce is not None and ssml is None else None
+        """Text held until it says whether it is SSML (it may begin `<spe` and end `ak>` in the next message)."""
+        self._lead = 0.0
+        """Silence of a break that comes before the next phrase."""
+        self._english = english
+        self._rate: float | None = None
+        self._language: str | None = None
+        """The rate and language of the phrases cut now (SSML's `<prosody>` and `<lang>`)."""
 
     @property
     def pending(self) -> bool:
@@ -73,10 +99,41 @@ class LiveText:
                 f"a live request may carry at most {self._max_chars} characters of text (POLYTTS_MAX_TEXT_CHARS)",
                 code="text_too_long",
             )
+        if self._undecided is not None:
+            head = (self._undecided + text).lstrip()
+            if not head or "<speak".startswith(head[:6]) and len(head) < 7:
+                self._undecided = head
+                return
+            self._undecided = None
+            self._ssml = LiveSsml(self._english) if is_ssml(head) else None
+            text = head
+        if self._ssml is None:
+            self._feed(text)
+            return
+        for piece in self._ssml.feed(text):
+            if isinstance(piece, Mark):
+                self._mark(piece)
+            else:
+                self._feed(piece)
+
+    def _feed(self, text: str) -> None:
         chunks = self._segmenter.feed(text)
         if not chunks and self._starved():
             chunks = self._segmenter.release()
         self._put(chunks)
+
+    def _mark(self, mark: Mark) -> None:
+        """A break, or another rate or language: what is pending is a phrase of its own, then the mark applies."""
+        self._put(self._segmenter.flush())
+        self._rate, self._language = mark.rate, mark.language
+        if not mark.silence:
+            return
+        with self._lock:
+            if self._chunks:
+                last = self._chunks[-1]
+                self._chunks[-1] = dataclasses.replace(last, silence=(last.silence or 0.0) + mark.silence)
+                return
+        self._lead += mark.silence
 
     def _starved(self) -> bool:
         """Nothing of this request waits to be spoken: a complete clause goes now rather than wait for the rest of
@@ -90,6 +147,11 @@ class LiveText:
 
     def close(self) -> None:
         """The end of the text: what is pending is spoken, then the job ends."""
+        held, self._undecided = self._undecided, None
+        if held:
+            self._feed(held)
+        if self._ssml is not None:
+            self._ssml.close()
         chunks = self._as_spoken(self._segmenter.flush())
         self.cut += len(chunks)
         with self._lock:
@@ -111,7 +173,7 @@ class LiveText:
         one with nothing left to say (a script the voice cannot read) is dropped."""
         chunks: list[Chunk] = []
         for phrase in phrases:
-            spoken = self._speak(phrase.text)
+            spoken = self._spoken(phrase.text)
             self.spoken_chars += len(spoken.text)
             if self._max_spoken_chars:
                 check_spoken_length(self.chars, self.spoken_chars, self._max_spoken_chars, "a live request's text")
@@ -120,13 +182,24 @@ class LiveText:
             first, self._started = not self._started, True
             segmenter = self._segmenter
             if len(spoken.text) <= segmenter.longest(first):
-                written = None if spoken.text == phrase.text else spoken.written
-                chunks.append(Chunk(spoken.text, phrase.pause, written))
-                continue
-            cap = segmenter.max_chunk_chars
-            parts = spoken.chunks(segmenter.first_chunk_chars if first else cap, cap)
-            chunks += [*parts[:-1], dataclasses.replace(parts[-1], pause=phrase.pause)]
+                written = None if spoken.text == spoken.written else spoken.written
+                parts = [Chunk(spoken.text, phrase.pause, written)]
+            else:
+                cap = segmenter.max_chunk_chars
+                parts = spoken.chunks(segmenter.first_chunk_chars if first else cap, cap)
+                parts[-1] = dataclasses.replace(parts[-1], pause=phrase.pause)
+            if self._rate is not None or self._language is not None:
+                parts = [dataclasses.replace(part, rate=self._rate, language=self._language) for part in parts]
+            if self._lead:
+                parts[0], self._lead = dataclasses.replace(parts[0], lead=self._lead), 0.0
+            chunks += parts
         return chunks
+
+    def _spoken(self, phrase: str) -> Spoken:
+        if self._ssml is None or self._pronounce is None:
+            return self._speak(phrase)
+        written, edits = self._ssml.expand(phrase)
+        return self._pronounce(written, edits, self._language, self._rate)
 
     def ready(self) -> bool:
         with self._lock:

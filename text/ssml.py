@@ -17,6 +17,7 @@ chunks each segment. The elements:
 - `<prosody rate="x-slow|slow|medium|fast|x-fast|<n>%">` the span's speed (times the request's).
 - `<lang xml:lang>` the span's language, read by that language's G2P in the same voice.
 - `<lexicon uri>` a stored lexicon (its id, or a URL ending in it) applied to the whole document.
+- `<voice name>` the span said by another voice (a dialogue in one request): a stock voice of the request's engine.
 
 Anything else is a 422 `invalid_ssml` naming the element; a document that is not well-formed, a 422 `malformed_xml`
 with its line and column.
@@ -66,6 +67,8 @@ class Segment:
     """Its speed, times the request's; None: the request's."""
     language: str | None = None
     """Its language (`<lang>`); None: the request's."""
+    voice: str | None = None
+    """The voice that says it (`<voice name>`); None: the request's."""
 
 
 @dataclass
@@ -95,6 +98,50 @@ def with_vendor_tags(text: str) -> str:
     return f"<speak>{_BARE_AMPERSAND.sub('&amp;', text)}</speak>"
 
 
+_CARTESIA_TAG = re.compile(r"<(break|spell|speed)\b")
+_SPELL_OR_SPEED = re.compile(r"<(/?)spell\s*>|<speed\s+ratio\s*=\s*[\"']([^\"']*)[\"']\s*/?>")
+
+
+def speed_ratio(ratio: str) -> float:
+    """Cartesia's `<speed ratio>` as a rate; a 422 `invalid_ssml` for one that is no number or outside 0.25-4."""
+    try:
+        rate = float(ratio)
+    except ValueError:
+        rate = 0.0
+    if not 0.25 <= rate <= 4.0:
+        raise InvalidInput(f"<speed ratio={ratio[:20]!r}> is not a number from 0.25 to 4", code="invalid_ssml")
+    return rate
+
+
+def cartesia_tag(tag: str) -> str | None:
+    """Cartesia's `<spell>` or `</spell>` as the `<say-as>` that reads it; None for any other tag."""
+    match = _SPELL_OR_SPEED.fullmatch(tag)
+    if match is None or match.group(2) is not None:
+        return None
+    return "</say-as>" if match.group(1) else '<say-as interpret-as="characters">'
+
+
+def with_cartesia_tags(text: str) -> str:
+    """Plain text holding the tags Cartesia's clients write without a `<speak>` (`<break time="1s"/>`,
+    `<spell>`, `<speed ratio="1.5"/>`, which sets the speed of what follows it) as an SSML document; any other text
+    as it is."""
+    if is_ssml(text) or not _CARTESIA_TAG.search(text):
+        return text
+    opened = False
+
+    def standard(match: re.Match[str]) -> str:
+        nonlocal opened
+        if match.group(2) is None:
+            return cartesia_tag(match.group()) or match.group()
+        percent = round(speed_ratio(match.group(2)) * 100, 1)
+        tag = ("</prosody>" if opened else "") + f'<prosody rate="{percent:g}%">'
+        opened = True
+        return tag
+
+    body = _SPELL_OR_SPEED.sub(standard, _BARE_AMPERSAND.sub("&amp;", text))
+    return f"<speak>{body}{'</prosody>' if opened else ''}</speak>"
+
+
 def parse_ssml(document: str, english: bool = True) -> Ssml:
     """The document's segments and lexicons; `english`: spell letters out by their English names."""
     root = parse_xml(document, "the SSML", max_depth=MAX_DEPTH)
@@ -112,6 +159,8 @@ class _Reader:
         self.english = english
         self.segments = [Segment()]
         self.lexicons: list[str] = []
+        self.voice: str | None = None
+        """The voice of the text read now (`<voice>`)."""
 
     @property
     def current(self) -> Segment:
@@ -120,12 +169,12 @@ class _Reader:
     def begin(self, rate: float | None, language: str | None) -> None:
         """Later text goes into a segment of this rate and language (a new one where the current differs)."""
         current = self.current
-        if (current.rate, current.language) == (rate, language):
+        if (current.rate, current.language, current.voice) == (rate, language, self.voice):
             return
         if current.text:
             current = Segment()
             self.segments.append(current)
-        current.rate, current.language = rate, language
+        current.rate, current.language, current.voice = rate, language, self.voice
 
     def append(self, text: str) -> None:
         """Text, its whitespace collapsed across what came before it."""
@@ -165,7 +214,7 @@ class _Reader:
             self.segments[-2].silence = (self.segments[-2].silence or 0.0) + seconds  # breaks in a row add up
             return
         segment.silence = (segment.silence or 0.0) + seconds
-        self.segments.append(Segment(rate=segment.rate, language=segment.language))
+        self.segments.append(Segment(rate=segment.rate, language=segment.language, voice=segment.voice))
 
     def element(self, element: Element, rate: float | None, language: str | None) -> None:
         tag = element.tag
@@ -176,7 +225,7 @@ class _Reader:
             if tag in ("p", "paragraph", "s", "sentence"):
                 self.boundary("\n\n" if tag in ("p", "paragraph") else "\n")
         elif tag == "break":
-            seconds = _break_seconds(element)
+            seconds = break_seconds(element)
             if seconds:
                 self.pause(seconds)
         elif tag == "sub":
@@ -193,8 +242,8 @@ class _Reader:
         elif tag == "say-as":
             self.say_as(element)
         elif tag == "prosody":
-            self.begin(_rate(element, rate), language)
-            self.children(element, _rate(element, rate), language)
+            self.begin(prosody_rate(element, rate), language)
+            self.children(element, prosody_rate(element, rate), language)
             self.begin(rate, language)
         elif tag == "lang":
             spoken_in = element.attrs.get("xml:lang")
@@ -202,6 +251,15 @@ class _Reader:
                 raise _invalid(element, "<lang> needs `xml:lang`")
             self.begin(rate, spoken_in)
             self.children(element, rate, spoken_in)
+            self.begin(rate, language)
+        elif tag == "voice":
+            name = element.attrs.get("name")
+            if not name:
+                raise _invalid(element, "<voice> needs a `name` (a stock voice)")
+            outer, self.voice = self.voice, name
+            self.begin(rate, language)
+            self.children(element, rate, language)
+            self.voice = outer
             self.begin(rate, language)
         elif tag == "lexicon":
             uri = element.attrs.get("uri", "").rstrip("/")
@@ -242,7 +300,7 @@ class _Reader:
             raise _invalid(element, f"say-as interpret-as {kind!r} is not one this node reads")
 
 
-def _break_seconds(element: Element) -> float:
+def break_seconds(element: Element) -> float:
     time = element.attrs.get("time")
     if time is not None:
         match = _TIME.match(time)
@@ -258,7 +316,7 @@ def _break_seconds(element: Element) -> float:
     return STRENGTHS[strength]
 
 
-def _rate(element: Element, outer: float | None) -> float | None:
+def prosody_rate(element: Element, outer: float | None) -> float | None:
     given = element.attrs.get("rate")
     if given is None:
         return outer

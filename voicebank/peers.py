@@ -1,5 +1,5 @@
-"""Other nodes this one may ask for a voice it does not know (POLYTTS_PEERS): their bundles, fetched with short
-timeouts, so an unknown voice id is answered (or refused) quickly, never turned into a hang."""
+"""Other nodes this one may ask for a voice or a lexicon it does not know (POLYTTS_PEERS): their bundles, fetched
+with short timeouts, so an unknown id is answered (or refused) quickly, never turned into a hang."""
 
 from __future__ import annotations
 
@@ -24,29 +24,36 @@ class Peers:
 
     async def bundle(self, voice_id: str) -> bytes | None:
         """The voice's bundle from the first peer that has it, or None; concurrent asks for one id share a fetch."""
-        task = self._fetching.get(voice_id)
+        return await self._fetch(f"/voices/{voice_id}/bundle", f"voice {voice_id}")
+
+    async def lexicon(self, lexicon_id: str) -> bytes | None:
+        """The lexicon's bundle (its canonical content) from the first peer that has it, or None."""
+        return await self._fetch(f"/lexicons/{lexicon_id}/bundle", f"lexicon {lexicon_id}")
+
+    async def _fetch(self, path: str, what: str) -> bytes | None:
+        task = self._fetching.get(path)
         if task is None:
-            task = self._fetching[voice_id] = asyncio.ensure_future(self._ask_each(voice_id))
-            task.add_done_callback(lambda _: self._fetching.pop(voice_id, None))
+            task = self._fetching[path] = asyncio.ensure_future(self._ask_each(path, what))
+            task.add_done_callback(lambda _: self._fetching.pop(path, None))
         return await asyncio.shield(task)
 
-    async def _ask_each(self, voice_id: str) -> bytes | None:
+    async def _ask_each(self, path: str, what: str) -> bytes | None:
         async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client:
             for url in self.urls:
                 try:
-                    async with client.stream("GET", f"{url}/voices/{voice_id}/bundle") as response:
+                    async with client.stream("GET", f"{url}{path}") as response:
                         if response.status_code == 404:
                             continue
                         if response.status_code != 200:
-                            log.warning("peer %s answered %d for voice %s", url, response.status_code, voice_id)
+                            log.warning("peer %s answered %d for %s", url, response.status_code, what)
                             continue
                         body = bytearray()
                         async for chunk in response.aiter_bytes():
                             body += chunk
                             if len(body) > self.max_bytes:
                                 raise ValueError(f"its bundle is larger than {self.max_bytes} bytes")
-                        log.info("voice %s fetched from peer %s", voice_id, url)
+                        log.info("%s fetched from peer %s", what, url)
                         return bytes(body)
                 except (httpx.HTTPError, ValueError) as exc:
-                    log.warning("peer %s could not give voice %s: %s", url, voice_id, exc)
+                    log.warning("peer %s could not give %s: %s", url, what, exc)
         return None

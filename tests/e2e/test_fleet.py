@@ -278,6 +278,37 @@ def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: 
         b.stop()
 
 
+def test_a_lexicon_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+    """A lexicon stored on one node pronounces a request on another (fetched from its peer, checked, stored, with the
+    same id), as voices do; one no node has stays a 404."""
+    a = ServerProcess(tmp_path / "a", POLYTTS_KOKORO_BACKEND="onnx").start()
+    b = ServerProcess(
+        tmp_path / "b",
+        POLYTTS_KOKORO_BACKEND="onnx",
+        POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
+        POLYTTS_PEER_TIMEOUT_S="2",
+    ).start()
+    try:
+        with a.client() as on_a, b.client() as on_b:
+            rules = [{"grapheme": "Zorblax", "alias": "a banana split with whipped cream"}]
+            lexicon_id = on_a.post("/lexicons", content=json.dumps(rules)).json()["lexicon_id"]
+            bundle = on_a.get(f"/lexicons/{lexicon_id}/bundle")
+            assert bundle.status_code == 200 and bundle.headers["content-type"].startswith("application/json")
+            assert on_b.get(f"/lexicons/{lexicon_id}").status_code == 404
+            body = {"text": "Zorblax.", "voice": "af_heart", "format": "pcm"}
+            said = on_b.post("/tts", json={**body, "lexicons": [lexicon_id]})
+            assert said.status_code == 200, said.text
+            plain = on_b.post("/tts", json=body)
+            assert len(said.content) > 2 * len(plain.content)  # the alias is said
+            copied = on_b.get(f"/lexicons/{lexicon_id}")
+            assert copied.status_code == 200 and copied.json()["lexicon_id"] == lexicon_id
+            unknown = on_b.post("/tts", json={**body, "lexicons": ["0123456789abcdef"]})
+            assert unknown.status_code == 404 and unknown.json()["code"] == "lexicon_not_found"
+    finally:
+        a.stop()
+        b.stop()
+
+
 def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assembled_model: Path) -> None:
     server = ServerProcess(tmp_path / "n", POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_WARM_ON_START="false").start()
     try:

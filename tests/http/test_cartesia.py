@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
+from bench import asr
 from tests.support.apps import InProcessApp
 
 KEY = {"X-API-Key": "sk-ca", "Cartesia-Version": "2025-04-16"}
@@ -333,3 +334,30 @@ def test_voices_page_by_page_in_cartesia_shape(client: TestClient) -> None:
     missing = client.get("/cartesia/voices/nobody", headers=KEY)
     assert missing.status_code == 404 and error(missing)["error_code"] == "voice_not_found"
     assert client.get("/cartesia/voices", params={"limit": 0}, headers=KEY).status_code == 422
+
+
+@pytest.mark.slow
+def test_cartesia_tags_break_spell_and_speed_are_read(client: TestClient) -> None:
+    """`<break>` is that much silence (over HTTP, and over the WebSocket with the tag split across transcripts),
+    `<spell>` spells its letters out, `<speed ratio>` speeds what follows it."""
+
+    def spoken(transcript: str) -> np.ndarray:
+        response = client.post(f"{BASE}/bytes", json=body(transcript=transcript), headers=KEY)
+        assert response.status_code == 200, response.text
+        return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32768
+
+    quiet = asr.silences(spoken('One. <break time="1s"/> Two.'), 24_000, 0.5)
+    assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.0) < 0.1, quiet
+    plain, spelled = spoken("Say NASA."), spoken("Say <spell>NASA</spell>.")
+    assert spelled.size > 1.3 * plain.size
+    sentence = spoken(SENTENCE)
+    assert spoken(f'<speed ratio="1.5"/>{SENTENCE}').size < 0.85 * sentence.size
+    with client.websocket_connect(socket_url()) as ws:
+        for piece in ("One. <bre", 'ak time="1', 's"/> Two.'):
+            ws.send_json({**message("c1", piece), "continue": True})
+        ws.send_json({**message("c1", ""), "continue": False})
+        events = until_done(ws)
+    assert events[-1]["type"] == "done", events
+    samples = np.frombuffer(audio_of(events, "c1"), dtype="<i2").astype(np.float32) / 32768
+    quiet = asr.silences(samples, 16_000, 0.5)
+    assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.0) < 0.1, quiet

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from elevenlabs import ElevenLabs, PronunciationDictionaryVersionLocator
 from elevenlabs.core import ApiError
@@ -21,6 +22,7 @@ from elevenlabs.pronunciation_dictionaries import (
 )
 from fastapi.testclient import TestClient
 
+from bench import asr
 from tests.support.apps import InProcessApp
 
 KEY = {"xi-api-key": "sk-el"}
@@ -136,3 +138,30 @@ def test_a_bare_break_tag_is_that_much_silence(client: TestClient) -> None:
     assert broken.status_code == 200, broken.text
     extra = (len(broken.content) - len(plain.content)) / 2 / 24_000
     assert 1.0 < extra < 1.6, extra
+
+
+@pytest.mark.slow
+def test_ssml_parsing_on_both_websockets_reads_split_break_and_phoneme_tags(client: TestClient) -> None:
+    """`enable_ssml_parsing=true`: the vendor's bare tags, split across messages, are read; a break is that much
+    silence in the audio."""
+    pieces = ['Say <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phon', "eme>. <bre", 'ak time="1.2s"/> Two. ']
+    for path, context in (("stream-input", {}), ("multi-stream-input", {"context_id": "a"})):
+        url = f"{SAY}/{path}?output_format=pcm_24000&enable_ssml_parsing=true&sync_alignment=true"
+        with client.websocket_connect(url, headers=KEY) as ws:
+            ws.send_json({"text": " ", **context})
+            for piece in pieces:
+                ws.send_json({"text": piece, **context})
+            ws.send_json({**context, "flush": True})
+            if context:
+                ws.send_json({**context, "close_context": True})
+            else:
+                ws.send_json({"text": ""})
+            messages: list[dict[str, Any]] = []
+            while not (message := ws.receive_json()).get("isFinal"):
+                assert "error" not in message, message
+                messages.append(message)
+        samples = np.frombuffer(audio(messages), dtype="<i2").astype(np.float32) / 32768
+        quiet = asr.silences(samples, 24_000, 0.5)
+        assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.2) < 0.1, (path, quiet)
+        spoken = "".join("".join(m["alignment"]["chars"]) for m in messages if m.get("alignment"))
+        assert "<" not in spoken and "tomato" in spoken, spoken

@@ -85,3 +85,25 @@ def test_whisper_hears_the_alias_and_the_spelled_code(client: TestClient, transc
     assert any(form in spelled.lower().replace(".", "").replace(",", "") for form in ("k q", "kq", "k, q", "kyu")), (
         spelled
     )
+
+
+@pytest.mark.slow
+def test_a_voice_element_says_its_span_in_another_stock_voice(client: TestClient) -> None:
+    """A dialogue in one request: the second line in another voice; an unknown voice is a 422 naming it."""
+    one = client.post("/tts", json={"text": "<speak>Hello there. General Kenobi.</speak>", "voice": "af_heart"})
+    two = client.post(
+        "/tts",
+        json={
+            "text": '<speak>Hello there. <voice name="am_adam">General Kenobi.</voice></speak>',
+            "voice": "af_heart",
+        },
+    )
+    assert one.status_code == two.status_code == 200, two.text
+    assert two.content != one.content and len(decode_wav(two.content)[0]) > 24_000
+    words = timed(client, '<speak>Hello there. <voice name="am_adam">General Kenobi.</voice></speak>')
+    assert [word for word, _, _ in words] == ["Hello", "there.", "General", "Kenobi."]
+    refused = client.post(
+        "/tts", json={"text": '<speak>Hi. <voice name="nobody_here">Bye.</voice></speak>', "voice": "af_heart"}
+    )
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid_ssml", refused.text
+    assert "nobody_here" in refused.json()["message"]

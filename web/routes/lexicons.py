@@ -101,3 +101,13 @@ async def download_lexicon(lexicon_id: LexiconId, service: ServiceDep) -> Respon
 async def delete_lexicon(lexicon_id: LexiconId, service: ServiceDep) -> Response:
     await asyncio.to_thread(service.lexicons.remove, lexicon_id)
     return Response(status_code=204)
+
+
+@router.get(
+    "/lexicons/{lexicon_id}/bundle",
+    response_class=Response,
+    responses={200: {"content": {"application/json": {}}}, **api_docs.errors(404, 422)},
+)
+async def lexicon_bundle(lexicon_id: LexiconId, service: ServiceDep) -> Response:
+    """The lexicon's canonical content, which its id hashes: what a peer fetches to pronounce a request naming it."""
+    return Response(service.lexicons.get(lexicon_id).canonical(), media_type="application/json")

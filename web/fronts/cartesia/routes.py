@@ -21,6 +21,7 @@ from errors import ServiceError
 from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from lifecycle.speech import Speech
+from text.ssml import with_cartesia_tags
 from web import api_docs
 from web.dependencies import ServiceDep, SpeechRoute, connection_context
 from web.fronts.cartesia.dictionaries import dict_lexicons
@@ -79,7 +80,7 @@ async def _speak(
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
         lexicons = dict_lexicons(service, body.pronunciation_dict_id)
     native = TTSRequest(
-        text=body.transcript,
+        text=with_cartesia_tags(body.transcript),
         voice_id=voice_id,
         language=body.spoken_language(),
         speed=body.speaking_rate(),

@@ -170,7 +170,10 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
             if lexicons := dict_lexicons(self.service, first.pronunciation_dict_id):
                 query["lexicons"] = ",".join(lexicons)
             timed = True if first.add_timestamps else None
-            session = await open_session(self.service.synthesis, request, query, context.messages(), timed=timed)
+            # Cartesia's tags (<break>, <spell>, <speed>) are read in every transcript, as Cartesia reads them.
+            session = await open_session(
+                self.service.synthesis, request, query, context.messages(), timed=timed, ssml=True
+            )
             async with contextlib.aclosing(session.speech.encoded_events(audio)) as events:
                 async for item in events:
                     if isinstance(item, Words):

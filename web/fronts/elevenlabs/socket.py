@@ -61,6 +61,11 @@ class SocketQuery(BaseModel):
         description="Each text message is a whole phrase (Pipecat and LiveKit send sentences so): it is spoken at "
         "once, as if flushed, and it ends a word even without a trailing space.",
     )
+    enable_ssml_parsing: bool = Field(
+        False,
+        description="The text is SSML without a <speak> of its own: <break> and <phoneme> (and the other elements "
+        "the node reads), a tag possibly split across messages.",
+    )
     sync_alignment: bool = Field(
         False,
         description="Alignment times on the context's clock (from the start of its audio), where LiveKit's plugin, "
@@ -182,7 +187,13 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
             if lexicons:
                 query["lexicons"] = ",".join(lexicons)
             session = await open_session(
-                self.service.synthesis, self.request_for(), query, context.messages(), None, phrase_chars
+                self.service.synthesis,
+                self.request_for(),
+                query,
+                context.messages(),
+                None,
+                phrase_chars,
+                True if self.query.enable_ssml_parsing else None,
             )
             async for segment in segments(session.speech, self.audio, hold=False):
                 origin = 0.0 if self.query.sync_alignment else segment.start

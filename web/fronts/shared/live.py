@@ -103,9 +103,11 @@ async def open_session(
     raw: AsyncIterator[dict[str, Any]],
     timed: bool | None,
     phrase_chars: tuple[int, int] | None = None,
+    ssml: bool | None = None,
 ) -> LiveSession:
     """Read the first message (which may carry the options instead of the query string), plan and admit the request,
-    and start feeding its text (cut into phrases by the engine's caps, or `phrase_chars`: see `speak_live`).
+    and start feeding its text (cut into phrases by the engine's caps, or `phrase_chars`: see `speak_live`; read as
+    SSML as `ssml` says: see `text.live_text.LiveText`).
     Everything wrong before that is raised, logged and counted: the client still gets an error status."""
     settings = synthesis.settings
     inbox: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
@@ -117,7 +119,9 @@ async def open_session(
             chosen = options(query, {key: value for key, value in (first or {}).items() if key not in _MESSAGE_KEYS})
             # The first message is checked before the answer starts, so a wrong one still gets its error status.
             head = message({key: value for key, value in (first or {}).items() if key in _MESSAGE_KEYS})
-        speech, text = await synthesis.speak_live(chosen, ctx, timed, phrase_chars)  # logs and counts its own refusals
+        speech, text = await synthesis.speak_live(
+            chosen, ctx, timed, phrase_chars, ssml
+        )  # logs and counts its own refusals
     except BaseException:
         reader.cancel()
         raise

@@ -1,0 +1,58 @@
+"""SSML on the live routes, its tags split across the native live WebSocket's messages, and a `<break>` before any
+text: silences measured in the audio."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from bench import asr
+from tests.http.test_speech import live_socket
+from tests.support.clips import decode_wav
+
+RATE = 24_000
+
+
+def samples_of(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
+
+
+def leading_silence(samples: np.ndarray, rate: int) -> float:
+    return int(np.flatnonzero(np.abs(samples) > 0.01)[0]) / rate
+
+
+@pytest.mark.slow
+def test_a_break_split_across_messages_is_that_much_silence(client: TestClient) -> None:
+    pieces = [
+        "<spe",
+        'ak>Hello <sub alias="there">the',
+        "re</sub>.<brea",
+        'k time="15',
+        '00ms"/>General Kenobi.</speak>',
+    ]
+    audio, events = live_socket(client, [json.dumps({"text": piece}) for piece in pieces] + ['{"end": true}'])
+    assert events[-1]["type"] == "done", events
+    quiet = asr.silences(samples_of(audio), RATE, 0.5)
+    assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.5) < 0.1, quiet
+    words = [word["word"] for event in events if event["type"] == "words" for word in event["words"]]
+    assert words == ["Hello", "there.", "General", "Kenobi."], words
+
+
+@pytest.mark.slow
+def test_a_break_before_any_text_is_that_much_leading_silence(client: TestClient) -> None:
+    text = '<speak><break time="1200ms"/>Hello there.</speak>'
+    response = client.post("/tts", json={"text": text, "voice": "af_heart"})
+    assert response.status_code == 200, response.text
+    samples, rate = decode_wav(response.content)
+    assert abs(leading_silence(samples, rate) - 1.2) < 0.06
+    audio, events = live_socket(client, [json.dumps({"text": text}), '{"end": true}'])
+    assert events[-1]["type"] == "done" and abs(leading_silence(samples_of(audio), RATE) - 1.2) < 0.06
+
+
+def test_live_ssml_that_cannot_be_read_ends_with_an_error_naming_it(client: TestClient) -> None:
+    _, events = live_socket(client, ['{"text": "<speak>Hi <aud"}', '{"text": "io/> there."}', '{"end": true}'])
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "invalid_ssml", events
+    assert "<audio>" in events[-1]["message"]
