@@ -77,6 +77,11 @@ class LiveSsml:
             if lt < 0:
                 self._text(buffer[pos:], out, final=False)
                 break
+            after = buffer[lt + 1 : lt + 2]
+            if after and not (after.isalpha() or after in "/!?"):  # a bare `<` ("3 < 4", "<3") starts no tag
+                self._text(buffer[pos : lt + 1], out, final=True)
+                pos = lt + 1
+                continue
             self._text(buffer[pos:lt], out, final=True)
             end = self._tag_end(buffer, lt)
             if end is None:

@@ -69,6 +69,16 @@ def test_vendor_tags_without_speak_are_read_when_asked() -> None:
     assert [(chunk.text, chunk.silence) for chunk in chunks] == [("One.", 1.0), ("Two.", None)]
 
 
+def test_a_bare_less_than_sign_in_tag_reading_text_is_text() -> None:
+    # Cartesia's socket reads its tags in every transcript: "3 < 4" and "<3" are words, not the start of a tag.
+    chunks = chunks_of(["3 <", " 4, I <3 it.", '<break time="1s"/>Done.'], ssml=True)
+    assert [(chunk.text, chunk.silence) for chunk in chunks] == [
+        ("3 < 4,", None),
+        ("I <3 it.", 1.0),
+        ("Done.", None),
+    ]
+
+
 def test_an_element_opening_a_placeholder_is_spoken_once() -> None:
     reader = LiveSsml(english=True)
     pieces = reader.feed('<say-as interpret-as="characters">AB</say-as> and <break time="1s"/>')
