@@ -1,0 +1,181 @@
+"""The Kokoro int8 graph with its weights dequantized: the float graph a bf16-capable runtime can run.
+
+The shipped graph is ONNX Runtime's dynamic quantization of the fp32 export: each MatMul and Conv became
+`DynamicQuantizeLinear` (the activation) → `MatMulInteger`/`ConvInteger` (int8/uint8 weights) → `Cast` → `Mul` (the
+two scales), a Conv's bias added in int32 before the Cast, and each LSTM a `DynamicQuantizeLSTM`. `dequantize`
+replaces each such chain by one float `MatMul`/`Conv`/`LSTM` whose weights are `(q - zero_point) * scale`: the
+numbers the int8 kernels stood for, without re-quantizing the activations. What is left of the quantization
+(the embedding tables' `DequantizeLinear`) is standard ONNX and stays.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+
+class GraphShapeError(Exception):
+    """The graph does not hold the quantization chains this module undoes."""
+
+
+def dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A float copy of `model` (the int8 Kokoro graph): every MatMulInteger, ConvInteger and DynamicQuantizeLSTM
+    replaced, the nodes only they used dropped."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    init = {t.name: t for t in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+
+    def array(name: str) -> np.ndarray:
+        if name not in init:
+            raise GraphShapeError(f"{name!r} is not a weight")
+        return numpy_helper.to_array(init[name])
+
+    def only(tensor: str, op_type: str) -> onnx.NodeProto:
+        found = consumers.get(tensor, [])
+        if len(found) != 1 or found[0].op_type != op_type:
+            raise GraphShapeError(f"expected one {op_type} after {tensor!r}, found {[n.op_type for n in found]}")
+        return found[0]
+
+    def source(quantized: str) -> str:
+        """The float tensor a DynamicQuantizeLinear output quantizes."""
+        node = producer.get(quantized)
+        if node is None or node.op_type != "DynamicQuantizeLinear":
+            raise GraphShapeError(f"{quantized!r} does not come from a DynamicQuantizeLinear")
+        return node.input[0]
+
+    added: dict[str, onnx.TensorProto] = {}
+
+    def weight(name: str, values: np.ndarray) -> str:
+        """A float weight; one a second node shares (the same quantized tensor) is added once."""
+        if name not in added:
+            added[name] = numpy_helper.from_array(values.astype(np.float32), name)
+        return name
+
+    def four_inputs(node: onnx.NodeProto) -> list[str]:
+        """x, quantized weight, x's zero point, the weight's zero point."""
+        if len(node.input) != 4:
+            raise GraphShapeError(f"{node.name}: {len(node.input)} inputs, not the quantizer's 4")
+        return list(node.input)
+
+    replaced: dict[int, onnx.NodeProto] = {}  # index of the node the float one stands in for → the float node
+    for index, node in enumerate(graph.node):
+        if node.op_type == "MatMulInteger":
+            x, wq, _, wzp = four_inputs(node)
+            cast = only(node.output[0], "Cast")
+            mul = only(cast.output[0], "Mul")
+            w = (array(wq).astype(np.float32) - array(wzp).astype(np.float32)) * _weight_scale(producer, init, mul)
+            inputs = [source(x), weight(wq + "_float", w)]
+            replaced[index] = helper.make_node("MatMul", inputs, [mul.output[0]], name=mul.output[0] + "_float")
+        elif node.op_type == "ConvInteger":
+            x, wq, _, wzp = four_inputs(node)
+            after = consumers[node.output[0]]
+            bias: str | None = None
+            if len(after) == 1 and after[0].op_type == "Add":
+                bias = _float_bias(producer, init, next(i for i in after[0].input if i != node.output[0]))
+                cast = only(after[0].output[0], "Cast")
+            else:
+                cast = only(node.output[0], "Cast")
+            mul = only(cast.output[0], "Mul")
+            scale = _weight_scale(producer, init, mul)
+            w = (array(wq).astype(np.float32) - array(wzp).astype(np.float32)) * np.reshape(scale, (-1, 1, 1))
+            inputs = [source(x), weight(wq + "_float", w), *([bias] if bias else [])]
+            conv = helper.make_node("Conv", inputs, [mul.output[0]], name=mul.output[0] + "_float")
+            conv.attribute.extend(node.attribute)
+            replaced[index] = conv
+        elif node.op_type == "DynamicQuantizeLSTM":
+            x, w, r, b, lens, h0, c0, p, ws, wzp, rs, rzp = (list(node.input) + [""] * 12)[:12]
+            if p:
+                raise GraphShapeError(f"{node.name}: peepholes are not handled")
+
+            def lstm_weight(q: str, scale: str, zero: str) -> np.ndarray:
+                values = array(q).astype(np.float32) - array(zero).astype(np.float32).reshape(-1, 1, 1)
+                return np.transpose(values * array(scale).reshape(-1, 1, 1), (0, 2, 1))  # [dirs, 4 hidden, in]
+
+            inputs = [x, weight(w + "_float", lstm_weight(w, ws, wzp)), weight(r + "_float", lstm_weight(r, rs, rzp))]
+            inputs += [b, lens, h0, c0]
+            while inputs and not inputs[-1]:
+                inputs.pop()
+            lstm = helper.make_node("LSTM", inputs, list(node.output), name=node.output[0] + "_float")
+            lstm.attribute.extend(node.attribute)
+            replaced[index] = lstm
+    taken = {out for node in replaced.values() for out in node.output}
+    nodes = [
+        replaced.get(i, node)
+        for i, node in enumerate(graph.node)
+        if i in replaced or not taken.intersection(node.output)  # the Mul a float node now stands for goes
+    ]
+    graph.initializer.extend(added.values())
+    _keep_only_used(graph, nodes)
+    return model
+
+
+def _scalar_or_vector(init: dict[str, onnx.TensorProto], name: str) -> np.ndarray | None:
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(init[name]).astype(np.float32) if name in init else None
+
+
+def _weight_scale(
+    producer: dict[str, onnx.NodeProto], init: dict[str, onnx.TensorProto], mul: onnx.NodeProto
+) -> np.ndarray:
+    """The weight's scale out of the `Mul` that applies activation scale × weight scale."""
+    for name in mul.input:
+        scales = producer.get(name)
+        if scales is not None and scales.op_type == "Mul":
+            found = [s for s in (_scalar_or_vector(init, i) for i in scales.input) if s is not None]
+            if len(found) == 1:
+                return found[0]
+    raise GraphShapeError(f"{mul.name}: no activation × weight scale among its inputs")
+
+
+def _float_bias(producer: dict[str, onnx.NodeProto], init: dict[str, onnx.TensorProto], quantized: str) -> str:
+    """The float bias initializer that a quantized bias (Reshape ← Cast ← Floor ← Div(bias, scale)) was made from."""
+    node = producer.get(quantized)
+    for op_type in ("Reshape", "Cast", "Floor", "Div"):
+        if node is None or node.op_type != op_type:
+            raise GraphShapeError(f"{quantized!r}: not a quantized bias")
+        if op_type == "Div":
+            if node.input[0] not in init:
+                raise GraphShapeError(f"{node.name}: the bias is not a weight")
+            return str(node.input[0])
+        node = producer.get(node.input[0])
+    raise AssertionError("unreachable")
+
+
+def _keep_only_used(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
+    """Set `graph`'s nodes to those of `nodes` the outputs depend on (order kept), and drop unused initializers."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output}
+    needed = {out.name for out in graph.output}
+    keep: set[int] = set()
+    stack = list(needed)
+    while stack:
+        name = stack.pop()
+        i = producer.get(name)
+        if i is None or i in keep:
+            continue
+        keep.add(i)
+        for inp in nodes[i].input:
+            if inp and inp not in needed:
+                needed.add(inp)
+                stack.append(inp)
+        for attr in nodes[i].attribute:  # subgraphs (none in Kokoro today) would read outer names
+            if attr.g.node:
+                raise GraphShapeError(f"{nodes[i].name}: subgraphs are not handled")
+    del graph.node[:]
+    graph.node.extend(node for i, node in enumerate(nodes) if i in keep)
+    used = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(used)
