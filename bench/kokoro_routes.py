@@ -9,6 +9,8 @@ median is reported with its ratio to `onnx_int8`. Equivalence: each route's dura
 correlation of its waveform with int8's (over the shorter of the two: a token one frame longer shifts all
 that follows, so this is low unless the durations match), of its average log spectrum, and its loudness.
 
+OpenVINO is not in requirements-dev.txt (180 MB installed, for this benchmark alone): `pip install openvino==2026.4.1`.
+
 Run: `python -m bench.kokoro_routes [--threads 2] [--runs 5] [--out PATH]`; JSON in bench/results/ with the host's
 processor flags and load average.
 """
