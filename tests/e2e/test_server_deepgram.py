@@ -217,3 +217,119 @@ def test_livekit_stream_then_interrupted(node: ServerProcess) -> None:
 
     samples = asyncio.run(run())
     assert 4.0 < samples.size / 16000 < 10.0 and speech(samples)
+
+
+class WireLog:
+    """A Pipecat service's socket as the test sees it: in order, every message the node sent on it (audio as its byte
+    count, JSON by its `type`) and every message the service sent (as `> type`); what Pipecat left unread when it
+    closed the socket is read too."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.timeline: list[int | str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.connection, name)
+
+    def note(self, message: bytes | str) -> None:
+        self.timeline.append(len(message) if isinstance(message, bytes) else json.loads(message)["type"])
+
+    async def __aiter__(self) -> Any:
+        async for message in self.connection:
+            self.note(message)
+            yield message
+
+    async def send(self, message: str) -> None:
+        self.timeline.append("> " + json.loads(message)["type"])
+        await self.connection.send(message)
+
+    async def close(self) -> None:
+        await self.connection.close()
+        async for message in self.connection:  # what came before the node's close, which Pipecat no longer reads
+            self.note(message)
+
+
+def test_pipecat_interruption_clears(node: ServerProcess) -> None:
+    """A user speaks over the answer: Pipecat's DeepgramTTSService sends `Clear`. The node answers `Cleared`, sends no
+    audio of the cleared answer after it, and the next answer is its own text only."""
+    from pipecat.frames.frames import (
+        EndFrame,
+        Frame,
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+        TTSStoppedFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.runner import PipelineRunner
+    from pipecat.pipeline.task import PipelineParams, PipelineTask
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from pipecat.services.deepgram.tts import DeepgramTTSService
+
+    sockets: list[WireLog] = []
+
+    class Recorded(DeepgramTTSService):
+        async def _websocket_connect(self, uri: str, **kwargs: Any) -> Any:
+            sockets.append(WireLog(await super()._websocket_connect(uri, **kwargs)))
+            return sockets[-1]
+
+    def cleared() -> bool:
+        return any("Cleared" in socket.timeline for socket in list(sockets))
+
+    cancelled = node.log().count("deepgram/v1/speak outcome=cancelled")
+    heard: list[bytes] = []
+    began, stopped = asyncio.Event(), asyncio.Event()
+
+    class Collect(FrameProcessor):
+        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
+            if isinstance(frame, TTSAudioRawFrame):
+                heard.append(frame.audio)
+                began.set()
+            elif isinstance(frame, TTSStoppedFrame):
+                stopped.set()
+            await self.push_frame(frame, direction)
+
+    def answer(text: str) -> list[Frame]:
+        tokens = [LLMTextFrame(word + " ") for word in text.split()]
+        return [LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame()]
+
+    async def run() -> bytes:
+        service = Recorded(
+            api_key=KEY,
+            base_url=node.url.replace("http", "ws", 1) + "/deepgram",
+            settings=DeepgramTTSService.Settings(voice=MODEL),
+            stop_frame_timeout_s=PIPECAT_PATIENCE_S,
+        )
+        task = PipelineTask(
+            Pipeline([service, Collect()]), params=PipelineParams(audio_out_sample_rate=16000), idle_timeout_secs=60
+        )
+        running = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+        try:
+            await task.queue_frames(answer(LONG))
+            await asyncio.wait_for(began.wait(), 120)  # the long answer has begun to play
+            await task.queue_frame(InterruptionFrame())  # the user speaks over it
+            await asyncio.to_thread(wait_until, cleared, 30, "the node to answer Cleared", detail=lambda: sockets)
+            heard.clear()
+            stopped.clear()
+            await task.queue_frames(answer(SENTENCE))
+            await asyncio.wait_for(stopped.wait(), 120)
+            await task.queue_frame(EndFrame())
+            await asyncio.wait_for(running, 60)
+        finally:
+            await task.cancel()
+        return b"".join(heard)
+
+    after = asyncio.run(run())
+    timeline = next(socket.timeline for socket in sockets if "Cleared" in socket.timeline)
+    clear, answered = timeline.index("> Clear"), timeline.index("Cleared")
+    following = [*timeline[answered:], "> Speak"]
+    until_next = following[: following.index("> Speak")]
+    assert clear < answered and not any(isinstance(item, int) for item in until_next), timeline  # no audio after
+    cut = sum(item for item in timeline[:answered] if isinstance(item, int))
+    assert cut / 2 / 16000 < 20  # far less than the long answer's ~35 s
+    samples = np.frombuffer(after, dtype="<i2")
+    assert 1.5 < samples.size / 16000 < 5.0 and speech(samples)  # the next answer, none of the cleared one
+    assert node.log().count("deepgram/v1/speak outcome=cancelled") > cancelled
