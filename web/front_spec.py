@@ -20,6 +20,8 @@ from errors import ServiceError
 
 ErrorBodyOf = Callable[[ServiceError], dict[str, Any]]
 """A front's error body: the JSON its clients read an error from."""
+HandshakeHeadersOf = Callable[[ServiceError], dict[str, str]]
+"""Headers a front's refused WebSocket handshake carries beside its error body, which WebSocket clients do not read."""
 ValidationBodyOf = Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]
 """A front's own body for a request that failed validation, from pydantic's `errors()` list."""
 
@@ -64,6 +66,8 @@ class Front:
     text_fields: tuple[tuple[type[BaseModel], str], ...] = ()
     """Its request models and the field of each holding the text to speak, which its docs bound by
     POLYTTS_MAX_TEXT_CHARS."""
+    handshake_headers: HandshakeHeadersOf | None = None
+    """Headers of its refused WebSocket handshakes (Deepgram's `dg-request-id` and `dg-error`)."""
 
     def serves(self, path: str) -> bool:
         """Whether `path` lies under the front's prefix (every path does under the root's)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 from errors import ServiceError, StreamCut, invalid_fields
 from lifecycle.synthesis import SynthesisService
 from web import request_ids
-from web.front_spec import ErrorBodyOf, Front, front_for
+from web.front_spec import ErrorBodyOf, Front, HandshakeHeadersOf, front_for
 
 log = logging.getLogger("polytts.errors")
 
@@ -69,11 +69,13 @@ def route_path(routes: Sequence[BaseRoute], scope: Scope) -> str | None:
     return None
 
 
-def error_response(exc: ServiceError, retry_after: float, error_body: ErrorBodyOf) -> JSONResponse:
-    """The error's answer in `error_body` (its front's body), with its status and headers."""
+def error_response(
+    exc: ServiceError, retry_after: float, error_body: ErrorBodyOf, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The error's answer in `error_body` (its front's body), with its status and headers (and `headers`)."""
     if exc.status in (429, 503) and exc.retry_after is None:
         exc.retry_after = retry_after
-    return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers())
+    return JSONResponse(error_body(exc), status_code=exc.status, headers={**exc.headers(), **(headers or {})})
 
 
 async def websocket_only() -> Response:
@@ -105,9 +107,10 @@ async def refuse(
     """Answer a request refused before its route ran (its key, its fairness key, its body's size): its error answer
     in the body of the front its path belongs to, or a denied handshake; a speech route's refusal is logged and
     counted first."""
-    error_body = front_for(fronts, scope["path"]).error_body
+    front = front_for(fronts, scope["path"])
+    error_body = front.error_body
     if scope["type"] == "websocket":
-        await deny_websocket(exc, retry_after, error_body, scope, receive, send)
+        await deny_websocket(exc, retry_after, error_body, scope, receive, send, front.handshake_headers)
         return
     _count_refusal(scope, exc)
     await error_response(exc, retry_after, error_body)(scope, receive, send)
@@ -123,15 +126,22 @@ def _count_refusal(scope: Scope, exc: ServiceError) -> None:
 
 
 async def deny_websocket(
-    exc: ServiceError, retry_after: float, error_body: ErrorBodyOf, scope: Scope, receive: Receive, send: Send
+    exc: ServiceError,
+    retry_after: float,
+    error_body: ErrorBodyOf,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: HandshakeHeadersOf | None = None,
 ) -> None:
-    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body in `error_body`, Retry-After)
-    where the server can send one (the ASGI `websocket.http.response` extension, which uvicorn has); else with a
-    close, which the client sees as a 403. Logged and counted as `refuse` has it."""
+    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body in `error_body`, Retry-After,
+    the front's `headers`) where the server can send one (the ASGI `websocket.http.response` extension, which uvicorn
+    has); else with a close, which the client sees as a 403. Logged and counted as `refuse` has it."""
     _count_refusal(scope, exc)
     _DENIED_HANDSHAKE.set(True)
     if "websocket.http.response" in scope.get("extensions", {}):
-        await error_response(exc, retry_after, error_body)(scope, receive, send)
+        extra = headers(exc) if headers is not None else None
+        await error_response(exc, retry_after, error_body, extra)(scope, receive, send)
     else:
         await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
 

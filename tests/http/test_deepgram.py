@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 import soundfile
 from fastapi.testclient import TestClient
-from starlette.testclient import WebSocketTestSession
-from starlette.websockets import WebSocketDisconnect
+from starlette.testclient import WebSocketDenialResponse, WebSocketTestSession
 
 from tests.support.apps import InProcessApp
 
@@ -271,7 +270,11 @@ def test_the_handshake_refuses_in_deepgram_shape(client: TestClient) -> None:
         (socket_url(encoding="mp3"), KEY),
         (socket_url(sample_rate=22050), KEY),
     ]:
-        with pytest.raises(WebSocketDisconnect), client.websocket_connect(url, headers=headers):
+        with pytest.raises(WebSocketDenialResponse) as refused, client.websocket_connect(url, headers=headers):
             pass
+        answer = refused.value
+        # The reason where a WebSocket library shows it (its headers), as Deepgram sends it: dg-error and the id.
+        assert json.loads(answer.headers["dg-error"]) == answer.json(), url
+        assert answer.headers["dg-request-id"] == answer.json()["request_id"] != ""
     with client.websocket_connect(socket_url("sk-dg")) as ws:  # a browser's key in the `token` query
         assert ws.receive_json()["type"] == "Metadata"

@@ -3,7 +3,7 @@ shapes and error body; its clients send their key as `Authorization: Token <key>
 parameter)."""
 
 from web.front_spec import Front
-from web.fronts.deepgram.protocol import PREFIX, DeepgramErrorBody, SpeakBody, error_body
+from web.fronts.deepgram.protocol import PREFIX, DeepgramErrorBody, SpeakBody, error_body, handshake_headers
 from web.fronts.deepgram.routes import router
 
 FRONT = Front(
@@ -16,4 +16,5 @@ FRONT = Front(
     key_schemes=("Token",),
     speech_paths=(PREFIX + "/v1/speak",),
     text_fields=((SpeakBody, "text"),),
+    handshake_headers=handshake_headers,
 )

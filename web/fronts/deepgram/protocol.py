@@ -8,6 +8,7 @@ the tests drive the routes with); Pipecat's and LiveKit's Deepgram services read
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -301,3 +302,9 @@ class DeepgramErrorBody(BaseModel):
 
 def error_body(exc: ServiceError) -> dict[str, Any]:
     return {"err_code": exc.code, "err_msg": exc.message, "request_id": REQUEST_ID.get() or ""}
+
+
+def handshake_headers(exc: ServiceError) -> dict[str, str]:
+    """A refused socket's `dg-request-id` and `dg-error` (its error body as JSON), where Deepgram's clients read the
+    reason of a handshake refused: a WebSocket library shows the headers, seldom the body."""
+    return {"dg-request-id": REQUEST_ID.get() or "", "dg-error": json.dumps(error_body(exc))}

@@ -31,6 +31,7 @@ from web.fronts.deepgram.protocol import (
     SocketMessage,
     SpeakQuery,
     error_body,
+    handshake_headers,
     metadata,
     model_headers,
     model_voice,
@@ -180,7 +181,8 @@ async def serve_socket(websocket: WebSocket, service: Service) -> None:
         await service.catalog.resolve(voice)
     except ServiceError as exc:
         retry_after = service.settings.retry_after_seconds
-        await deny_websocket(exc, retry_after, error_body, websocket.scope, websocket.receive, websocket.send)
+        scope, receive, send = websocket.scope, websocket.receive, websocket.send
+        await deny_websocket(exc, retry_after, error_body, scope, receive, send, handshake_headers)
         return
     headers = model_headers(query.model_name())
     await websocket.accept(headers=[(name.encode(), value.encode()) for name, value in headers.items()])
