@@ -237,8 +237,8 @@ class LiveSsml:
 def _entity(match: re.Match[str]) -> str:
     name = match.group(1)
     if name.startswith("#"):
-        code = int(name[2:], 16) if name[1:2] == "x" else int(name[1:])
-        return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code <= 0xDFFF else ""
+        point = int(name[2:], 16) if name[1:2] == "x" else int(name[1:])
+        return chr(point) if 0 < point < 0x110000 and not 0xD800 <= point <= 0xDFFF else ""
     return _ENTITIES[name]
 
 
