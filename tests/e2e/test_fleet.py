@@ -3,12 +3,14 @@ never traded for one that cannot load."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import signal
 import textwrap
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -246,67 +248,64 @@ def _flac_clip() -> bytes:
     return buffer.getvalue()
 
 
-def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+@contextlib.contextmanager
+def peers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Node A, and node B whose peers are a dead address, then A."""
     a = ServerProcess(tmp_path / "a", POLYTTS_KOKORO_BACKEND="onnx").start()
-    b = ServerProcess(
-        tmp_path / "b",
-        POLYTTS_KOKORO_BACKEND="onnx",
-        POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
-        POLYTTS_PEER_TIMEOUT_S="2",
-    ).start()
     try:
-        with a.client() as on_a, b.client() as on_b:
-            pack = on_a.post("/voices", **_pack_form()).json()["voice_id"]
-            clip = on_a.post(
-                "/voices",
-                files={"audio": ("c.flac", _flac_clip(), "audio/flac")},
-                data={"engine": "qwen", "ref_text": "a flac clip", "language": "fr"},
-            ).json()["voice_id"]
-            assert pack not in on_b.get("/health").json()["inventory"]["voice"]
-            spoken = on_b.post("/tts", json={"text": "Served on the other node.", "voice_id": pack, "language": "en"})
-            assert spoken.status_code == 200 and spoken.headers["x-voice-id"] == pack
-            assert pack in on_b.get("/health").json()["inventory"]["voice"]
-            # A clip voice of an engine B does not run is stored all the same, with the same id and language.
-            refused = on_b.post("/tts", json={"text": "hi", "voice_id": clip})
-            assert refused.status_code == 422 and refused.json()["code"] == "engine_unavailable"
-            copied = on_b.get(f"/voices/{clip}").json()
-            assert copied["voice_id"] == clip and copied["language"] == "fr-fr" and copied["ref_text"] == "a flac clip"
-            unknown = on_b.post("/tts", json={"text": "hi", "voice_id": "0123456789abcdef"})
-            assert unknown.status_code == 404 and unknown.json()["code"] == "voice_not_found"
+        b = ServerProcess(
+            tmp_path / "b",
+            POLYTTS_KOKORO_BACKEND="onnx",
+            POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
+            POLYTTS_PEER_TIMEOUT_S="2",
+        ).start()
+        try:
+            yield a, b
+        finally:
+            b.stop()
     finally:
         a.stop()
-        b.stop()
+
+
+def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+    with peers(tmp_path) as (a, b), a.client() as on_a, b.client() as on_b:
+        pack = on_a.post("/voices", **_pack_form()).json()["voice_id"]
+        clip = on_a.post(
+            "/voices",
+            files={"audio": ("c.flac", _flac_clip(), "audio/flac")},
+            data={"engine": "qwen", "ref_text": "a flac clip", "language": "fr"},
+        ).json()["voice_id"]
+        assert pack not in on_b.get("/health").json()["inventory"]["voice"]
+        spoken = on_b.post("/tts", json={"text": "Served on the other node.", "voice_id": pack, "language": "en"})
+        assert spoken.status_code == 200 and spoken.headers["x-voice-id"] == pack
+        assert pack in on_b.get("/health").json()["inventory"]["voice"]
+        # A clip voice of an engine B does not run is stored all the same, with the same id and language.
+        refused = on_b.post("/tts", json={"text": "hi", "voice_id": clip})
+        assert refused.status_code == 422 and refused.json()["code"] == "engine_unavailable"
+        copied = on_b.get(f"/voices/{clip}").json()
+        assert copied["voice_id"] == clip and copied["language"] == "fr-fr" and copied["ref_text"] == "a flac clip"
+        unknown = on_b.post("/tts", json={"text": "hi", "voice_id": "0123456789abcdef"})
+        assert unknown.status_code == 404 and unknown.json()["code"] == "voice_not_found"
 
 
 def test_a_lexicon_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
     """A lexicon stored on one node pronounces a request on another (fetched from its peer, checked, stored, with the
     same id), as voices do; one no node has stays a 404."""
-    a = ServerProcess(tmp_path / "a", POLYTTS_KOKORO_BACKEND="onnx").start()
-    b = ServerProcess(
-        tmp_path / "b",
-        POLYTTS_KOKORO_BACKEND="onnx",
-        POLYTTS_PEERS=f"http://127.0.0.1:1,{a.url}",
-        POLYTTS_PEER_TIMEOUT_S="2",
-    ).start()
-    try:
-        with a.client() as on_a, b.client() as on_b:
-            rules = [{"grapheme": "Zorblax", "alias": "a banana split with whipped cream"}]
-            lexicon_id = on_a.post("/lexicons", content=json.dumps(rules)).json()["lexicon_id"]
-            bundle = on_a.get(f"/lexicons/{lexicon_id}/bundle")
-            assert bundle.status_code == 200 and bundle.headers["content-type"].startswith("application/json")
-            assert on_b.get(f"/lexicons/{lexicon_id}").status_code == 404
-            body = {"text": "Zorblax.", "voice": "af_heart", "format": "pcm"}
-            said = on_b.post("/tts", json={**body, "lexicons": [lexicon_id]})
-            assert said.status_code == 200, said.text
-            plain = on_b.post("/tts", json=body)
-            assert len(said.content) > 2 * len(plain.content)  # the alias is said
-            copied = on_b.get(f"/lexicons/{lexicon_id}")
-            assert copied.status_code == 200 and copied.json()["lexicon_id"] == lexicon_id
-            unknown = on_b.post("/tts", json={**body, "lexicons": ["0123456789abcdef"]})
-            assert unknown.status_code == 404 and unknown.json()["code"] == "lexicon_not_found"
-    finally:
-        a.stop()
-        b.stop()
+    with peers(tmp_path) as (a, b), a.client() as on_a, b.client() as on_b:
+        rules = [{"grapheme": "Zorblax", "alias": "a banana split with whipped cream"}]
+        lexicon_id = on_a.post("/lexicons", content=json.dumps(rules)).json()["lexicon_id"]
+        bundle = on_a.get(f"/lexicons/{lexicon_id}/bundle")
+        assert bundle.status_code == 200 and bundle.headers["content-type"].startswith("application/json")
+        assert on_b.get(f"/lexicons/{lexicon_id}").status_code == 404
+        body = {"text": "Zorblax.", "voice": "af_heart", "format": "pcm"}
+        said = on_b.post("/tts", json={**body, "lexicons": [lexicon_id]})
+        assert said.status_code == 200, said.text
+        plain = on_b.post("/tts", json=body)
+        assert len(said.content) > 2 * len(plain.content)  # the alias is said
+        copied = on_b.get(f"/lexicons/{lexicon_id}")
+        assert copied.status_code == 200 and copied.json()["lexicon_id"] == lexicon_id
+        unknown = on_b.post("/tts", json={**body, "lexicons": ["0123456789abcdef"]})
+        assert unknown.status_code == 404 and unknown.json()["code"] == "lexicon_not_found"
 
 
 def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assembled_model: Path) -> None:
