@@ -7,6 +7,7 @@ with a message that says so, not uvicorn's silent exit 0.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import errno
@@ -121,6 +122,11 @@ def _bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 
 
 def main() -> int:
+    # Settings come from the environment only; `--help` says so, and any argument is refused rather than ignored.
+    argparse.ArgumentParser(
+        description="PolyTTS: serve text-to-speech over HTTP.",
+        epilog="Configured by POLYTTS_* environment variables (POLYTTS_HOST, POLYTTS_PORT, ...): docs/settings.md.",
+    ).parse_args()
     # Model libraries draw tqdm progress bars on stderr (VoxCPM, for every generation): noise in a server's log.
     # tqdm reads this when it is first imported, which happens later, when an engine loads.
     os.environ.setdefault("TQDM_DISABLE", "1")

@@ -253,6 +253,15 @@ def test_an_invalid_setting_is_one_line_naming_it_and_exit_2(tmp_path: Path, ste
     assert "s3cret" not in stderr  # a key's value never reaches a log
 
 
+def test_the_server_takes_no_arguments_and_its_help_names_the_settings(tmp_path: Path) -> None:
+    """`python server.py --port 9` would otherwise serve on the default port, the argument ignored."""
+    env = _env(tmp_path, free_port())
+    done = subprocess.run([sys.executable, "server.py", "--help"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0 and b"POLYTTS_PORT" in done.stdout and b"docs/settings.md" in done.stdout
+    code, stderr = _step([*STEPS["server"], "--port", "9"], env)
+    assert code == 2 and "unrecognized arguments: --port 9" in stderr, stderr
+
+
 def test_an_address_of_no_interface_here_is_an_invalid_host(tmp_path: Path) -> None:
     env = _env(tmp_path, free_port(), POLYTTS_HOST="192.0.2.1")  # TEST-NET-1: on no interface of any host
     code, stderr = _step(STEPS["server"], env)
