@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.base import BuiltinVoice, EngineCaps, EngineContext, SynthesisOptions
+from engines.base import BuiltinVoice, EngineContext, SynthesisOptions
 from engines.device import running_step
 from engines.kokoro.config import KokoroSettings
 from engines.kokoro.engine import SPEC as KOKORO
 from engines.kokoro.engine import KokoroEngine
 from engines.kokoro.onnx_backend import AUTO_LANES, OnnxBackend
+from tests.support.kokoro_engines import loaded_onnx_kokoro
 from tests.support.polling import wait_until
 from text.languages import resolve_language
 
@@ -29,18 +30,8 @@ SHORT = "Short and quick."
 
 @pytest.fixture(scope="module")
 def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
-    kokoro = KokoroEngine(
-        backend="onnx",
-        runtime="cpu",
-        onnx_dir=assembled_model,
-        torch_model="",
-        threads=2,
-        parallel_steps=2,
-        caps=EngineCaps(first_chunk_chars=60, max_chunk_chars=220),
-    )
-    kokoro.load()
-    yield kokoro
-    kokoro.unload()
+    with loaded_onnx_kokoro(assembled_model, parallel_steps=2) as kokoro:
+        yield kokoro
 
 
 def speak(engine: KokoroEngine, text: str) -> np.ndarray:

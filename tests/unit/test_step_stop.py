@@ -20,6 +20,7 @@ from engines.step_stop import StepStop, StepStopped, on_stop, within
 from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from tests.support.apps import kokoro_service
+from tests.support.kokoro_engines import loaded_onnx_kokoro
 from text.languages import resolve_language
 from web.fronts.shared.requests import TTSRequest
 
@@ -68,18 +69,9 @@ class Announced:
 
 @pytest.fixture(scope="module")
 def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
-    kokoro = KokoroEngine(
-        backend="onnx",
-        runtime="cpu",
-        onnx_dir=assembled_model,
-        torch_model="",
-        threads=2,
-        parallel_steps=1,
-        caps=EngineCaps(first_chunk_chars=400, max_chunk_chars=400),
-    )
-    kokoro.load()
-    yield kokoro
-    kokoro.unload()
+    caps = EngineCaps(first_chunk_chars=400, max_chunk_chars=400)
+    with loaded_onnx_kokoro(assembled_model, parallel_steps=1, caps=caps) as kokoro:
+        yield kokoro
 
 
 def speak(engine: KokoroEngine, text: str) -> np.ndarray:

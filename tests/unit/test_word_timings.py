@@ -21,9 +21,10 @@ from audio.word_timings import (
     encode_chunk_words,
     split_words,
 )
-from engines.base import BuiltinVoice, EngineCaps, SynthesisOptions
+from engines.base import BuiltinVoice, SynthesisOptions
 from engines.g2p import G2P
 from engines.kokoro.engine import KokoroEngine
+from tests.support.kokoro_engines import loaded_onnx_kokoro
 from text.languages import resolve_language
 
 ENGLISH = resolve_language("en")
@@ -169,12 +170,8 @@ def test_public_shape_and_shift() -> None:
 
 @pytest.fixture(scope="module")
 def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
-    kokoro = KokoroEngine(
-        backend="onnx", runtime="cpu", onnx_dir=assembled_model, torch_model="", threads=2, caps=EngineCaps(60, 220)
-    )
-    kokoro.load()
-    yield kokoro
-    kokoro.unload()
+    with loaded_onnx_kokoro(assembled_model) as kokoro:
+        yield kokoro
 
 
 def speak_timed(
