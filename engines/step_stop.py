@@ -22,15 +22,14 @@ class StepStopped(Exception):
 
 
 class StepStop:
-    """Set once, when the job whose steps run within it is cancelled; hooks run when it is set (at once for one added
-    after)."""
+    """Set once, when the job whose steps run within it is cancelled (the job's `cancelled` flag itself, read as a
+    `threading.Event` is); hooks run when it is set (at once for one added after)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._set = False
         self._hooks: list[Callable[[], None]] = []
 
-    @property
     def is_set(self) -> bool:
         return self._set
 
@@ -77,7 +76,7 @@ def within(stop: StepStop) -> Iterator[None]:
 def stopped() -> bool:
     """Whether the step running on this thread was stopped (False outside a step)."""
     stop: StepStop | None = getattr(_current, "stop", None)
-    return stop is not None and stop.is_set
+    return stop is not None and stop.is_set()
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -95,9 +94,9 @@ class Job:
     consumed: int = 0
     cancel_reason: str | None = None
     cancel_error: ServiceError | None = None
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    stop: StepStop = field(default_factory=StepStop)
-    """Set with `cancelled`: stops the step under way, where its engine can (`engines.step_stop`)."""
+    cancelled: StepStop = field(default_factory=StepStop)
+    """Set once the job is cancelled; setting it also stops the step under way, where its engine can
+    (`engines.step_stop`)."""
     detached: bool = False
     """Its reader fell behind real time: it holds no admission slot and steps only once its audio is taken."""
     playback: Playback = field(default_factory=Playback)
@@ -125,7 +124,6 @@ class Job:
             self.cancel_error = error
             self._discard_audio = discard_audio
             self.cancelled.set()
-            self.stop.set()
             self._on_consumed()  # a job parked on a full buffer must be seen, and dropped
 
     def drop_stalled(self, reason: str) -> None:

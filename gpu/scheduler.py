@@ -87,7 +87,7 @@ class Scheduler:
         audio_s: float | None = None  # audio of a step that ran to its end
         try:
             self.queue.cut_step(job)
-            with running_step(beside), within(job.stop):
+            with running_step(beside), within(job.cancelled):
                 ending, audio_s = self._run_unit(job, began)
         except StepStopped:  # cancelled mid-step: the engine is free already
             ending, stopped = job.dropped(), True

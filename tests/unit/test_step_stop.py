@@ -40,7 +40,7 @@ def test_a_stop_runs_the_hooks_of_the_blocks_under_way_once_and_a_late_one_at_on
     with stop.hooked(lambda: calls.append("under way")):
         stop.set()
         stop.set()
-    assert calls == ["under way"] and stop.is_set
+    assert calls == ["under way"] and stop.is_set()
     with stop.hooked(lambda: calls.append("late")):
         assert calls == ["under way", "late"]
     after = StepStop()
