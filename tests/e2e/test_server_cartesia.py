@@ -148,7 +148,7 @@ def test_sdk_reads_cartesia_tags_break_spell_and_speed(client: Cartesia, transpo
         sdk_speech(client, transport, ["Say NASA."]),
         sdk_speech(client, transport, ["Say <spell>NASA</spell>."]),
     )
-    assert spelled.size > 1.3 * word.size and speech(spelled)
+    assert spelled.size > 1.2 * word.size and speech(spelled)  # 1.33 measured: four letter names
     plain = sdk_speech(client, transport, [ANSWER])
     fast = sdk_speech(client, transport, ['<speed ratio="1.5"/>', ANSWER])
     assert fast.size < 0.85 * plain.size and speech(fast)
