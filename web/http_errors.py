@@ -3,7 +3,7 @@ whose path it answers (the native `{"code", "message"}`, or a vendor's: `front_s
 
 Everything that can go wrong (a domain error, a body that does not validate, an unknown route or method) becomes a
 `ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`. A request refused
-before its route ran is answered by `refuse` (a WebSocket handshake by `deny_websocket`), which has a speech route's
+before its route ran is answered by `refuse` (a WebSocket handshake by `_deny_websocket`), which has a speech route's
 refusal logged and counted by the lifecycle, as the route's other refusals are. A WebSocket route refuses its
 handshake by raising before it accepts: the handshake is denied in the shape of the front its path belongs to.
 """
@@ -98,7 +98,7 @@ SPEECH_ROUTE = "speech_route"
 """The key of a scope's state that names a speech route's request by its route (`middleware.AccessLog` sets it): its
 one log line and count are the lifecycle's."""
 _DENIED_HANDSHAKE: contextvars.ContextVar[bool] = contextvars.ContextVar("denied_handshake", default=False)
-"""Set in the ASGI task of a WebSocket whose handshake `deny_websocket` answered."""
+"""Set in the ASGI task of a WebSocket whose handshake `_deny_websocket` answered."""
 _CUT_STREAM: contextvars.ContextVar[bool] = contextvars.ContextVar("cut_stream", default=False)
 """Set in the ASGI task of a request whose streamed body was cut on purpose (`stream_cut`)."""
 
@@ -111,7 +111,7 @@ async def refuse(
     counted first."""
     front = front_for(fronts, scope["path"])
     if scope["type"] == "websocket":
-        await deny_websocket(exc, retry_after, front, scope, receive, send)
+        await _deny_websocket(exc, retry_after, front, scope, receive, send)
         return
     _count_refusal(scope, exc)
     await error_response(exc, retry_after, front.error_body)(scope, receive, send)
@@ -126,7 +126,7 @@ def _count_refusal(scope: Scope, exc: ServiceError) -> None:
         synthesis.rejected(route, exc, connection.client.host if connection.client else None)
 
 
-async def deny_websocket(
+async def _deny_websocket(
     exc: ServiceError, retry_after: float, front: Front, scope: Scope, receive: Receive, send: Send
 ) -> None:
     """Refuse a WebSocket handshake with the error's HTTP answer (status, the front's error body, Retry-After, the
@@ -149,7 +149,7 @@ def stream_cut() -> None:
 
 class _DeniedHandshakes(logging.Filter):
     """Drops uvicorn's ERROR `ASGI callable returned without completing handshake.` for a handshake that
-    `deny_websocket` answered: uvicorn's websockets-sansio protocol (its default) never counts an HTTP answer as the
+    `_deny_websocket` answered: uvicorn's websockets-sansio protocol (its default) never counts an HTTP answer as the
     handshake's end (uvicorn PR #3138), so it says so for every refusal. A handshake left unanswered still logs it.
     So too `... without completing response.` for a body cut on purpose (`stream_cut`): the cut is how the client
     learns of a failure after its status, and the failure was logged where it happened."""
@@ -177,7 +177,7 @@ def install_error_handlers(app: FastAPI, retry_after: float, fronts: Sequence[Fr
         if connection.application_state != WebSocketState.CONNECTING:
             raise exc  # a socket already accepted answers its own errors: one that escapes is a fault
         front = front_for(fronts, connection.url.path)
-        await deny_websocket(exc, retry_after, front, connection.scope, connection.receive, connection.send)
+        await _deny_websocket(exc, retry_after, front, connection.scope, connection.receive, connection.send)
         return None
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
