@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from cache import synthesis_key
 from engines import FAMILIES
 from engines.base import BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
-from errors import InvalidInput, NotFound, PayloadTooLarge, invalid_fields
+from errors import InvalidInput, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
 from lexicons.lexicon import LEXICON_ID, Lexicon, from_bundle
 from lexicons.store import LexiconStore
@@ -59,7 +59,7 @@ class Plan:
     lexicons: tuple[Lexicon, ...] = ()
     """The lexicons its text is pronounced with, in precedence order (lifecycle.pronunciation)."""
     voices: dict[str, VoiceRef] = dataclasses.field(default_factory=dict)
-    """The other voices its chunks name (SSML `<voice>`), by name."""
+    """The other voices its chunks name (SSML `<voice>`), by name; a live request's are added as its text arrives."""
 
     @property
     def chars(self) -> int:
@@ -191,8 +191,8 @@ class Planner:
                 f"{self.settings.max_lexicons_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
                 code="too_many_lexicons",
             )
-        voices = {
-            name: await self.ssml_voice(plan, name) for name in dict.fromkeys(s.voice for s in ssml.segments) if name
+        voices: dict[str, VoiceRef] = {
+            name: self.stock_voice(plan, name) for name in dict.fromkeys(s.voice for s in ssml.segments) if name
         }
         plan = dataclasses.replace(plan, lexicons=added + plan.lexicons, voices=voices)
         first, cap, sentences = caps
@@ -248,14 +248,11 @@ class Planner:
                 continue
             await asyncio.to_thread(store.put, lexicon)
 
-    async def ssml_voice(self, plan: Plan, name: str) -> VoiceRef:
-        """The stock voice an SSML `<voice name>` names, of the plan's engine; a 422 `invalid_ssml` naming it
-        otherwise."""
-        try:
-            voice = await self.catalog.resolve(name)
-        except NotFound:
-            voice = None
-        if not isinstance(voice, BuiltinVoice) or voice.engine != plan.engine.name:
+    def stock_voice(self, plan: Plan, name: str) -> BuiltinVoice:
+        """The stock voice an SSML `<voice name>` names, of the plan's engine (which is ready, so its voices are
+        listed); a 422 `invalid_ssml` naming it otherwise."""
+        voice = self.catalog.builtins().get(name)
+        if voice is None or voice.engine != plan.engine.name:
             raise InvalidInput(
                 f"SSML <voice name={excerpt(name)!r}> is not a stock voice of engine {plan.engine.name!r}",
                 code="invalid_ssml",
@@ -277,7 +274,8 @@ class Planner:
         """The text of a live request planned as `plan` (its voice), cut into phrases as it arrives: each phrase as
         the engine says it, cut again when that is longer than the engine's cap, every limit counting spoken
         characters as `plan` does. `phrase_chars`: the request's own caps of its first and later phrases (a
-        client's chunk schedule), within the engine's. `ssml`: as `LiveText` has it."""
+        client's chunk schedule), within the engine's. `ssml`: as `LiveText` has it. A stock voice an SSML `<voice>`
+        names is added to `plan.voices` as its tag arrives, before any phrase names it."""
         first, cap, _ = chunk_caps(plan.engine, None, None)
         if phrase_chars is not None:
             cap = min(cap, phrase_chars[1]) if cap else phrase_chars[1]
@@ -291,7 +289,13 @@ class Planner:
             pronounce=lambda text, edits, language, rate: self.pronounced_ssml(plan, text, edits, language, rate),
             ssml=ssml,
             english=plan.options.language.code in ("en-us", "en-gb"),
+            voice=lambda name: self.add_live_voice(plan, name),
         )
+
+    def add_live_voice(self, plan: Plan, name: str) -> None:
+        """The stock voice a live request's SSML `<voice name>` names, checked and added to the plan's voices (the
+        GPU thread looks up each chunk's there)."""
+        plan.voices.setdefault(name, self.stock_voice(plan, name))
 
     def pronounced_ssml(
         self, plan: Plan, text: str, edits: list[Edit], language: str | None, rate: float | None

@@ -4,9 +4,10 @@ across messages is whole before it is read, and the phrase segmenter is given te
 Text between tags goes to the segmenter as it comes. A `<sub>`, `<phoneme>` or `<say-as>` is held until it closes,
 read by text.ssml, and handed on as one placeholder character (a private-use one of the Basic Multilingual Plane) that
 the segmenter cannot cut inside; `expand` turns a phrase's placeholders back into the words as written and the edits
-that say them. A `<break>`, and a `<prosody rate>` or `<lang>` opening or closing, is a `Mark`: the text before it is
-a phrase of its own, and what follows is said with the new rate and language (or after that much silence). `<speak>`,
-`<p>`, `<s>` and `<emphasis>` read as they do in a whole document. Cartesia's own tags read too: `<spell>` as
+that say them. A `<break>`, and a `<prosody rate>`, `<lang>` or `<voice name>` opening or closing, is a `Mark`: the
+text before it is a phrase of its own, and what follows is said with the new rate, language and voice (or after that
+much silence); the caller checks the voice's name. `<speak>`, `<p>`, `<s>` and `<emphasis>` read as they do in a
+whole document. Cartesia's own tags read too: `<spell>` as
 `<say-as interpret-as="characters">`, `<speed ratio="1.5"/>` the rate of what follows it. A `<lexicon>` is refused:
 a live request names its lexicons before its text (its `lexicons` field).
 """
@@ -38,11 +39,12 @@ _ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
 @dataclass(frozen=True)
 class Mark:
     """Where the text before is a phrase of its own: `silence` seconds after it (a `<break>`), or, from here on, the
-    `rate` and `language` in force (None: the request's)."""
+    `rate`, `language` and `voice` in force (None: the request's)."""
 
     silence: float = 0.0
     rate: float | None = None
     language: str | None = None
+    voice: str | None = None
 
 
 class LiveSsml:
@@ -52,10 +54,11 @@ class LiveSsml:
         self.english = english
         self.rate: float | None = None
         self.language: str | None = None
+        self.voice: str | None = None
         self._held = ""
         """The start of a tag, or an entity, whose end has not arrived."""
-        self._open: list[tuple[str, float | None, str | None]] = []
-        """Open elements, each with the rate and language in force before it."""
+        self._open: list[tuple[str, float | None, str | None, str | None]] = []
+        """Open elements, each with the rate, language and voice in force before it."""
         self._inline = ""
         """An open `<sub>`, `<phoneme>` or `<say-as>` so far, from its start tag."""
         self._inline_depth = 0
@@ -172,7 +175,7 @@ class LiveSsml:
         if name == "break":
             seconds = break_seconds(element)
             if seconds:
-                out.append(Mark(seconds, self.rate, self.language))
+                out.append(Mark(seconds, self.rate, self.language, self.voice))
         elif name == "lexicon":
             raise InvalidInput(
                 "a live request names its lexicons in its `lexicons` field, before its text, not in <lexicon>",
@@ -183,45 +186,62 @@ class LiveSsml:
             out.append(_BOUNDARIES[name])
         elif name == "speed":
             self.rate = speed_ratio(element.attrs.get("ratio", ""))
-            out.append(Mark(0.0, self.rate, self.language))
+            out.append(Mark(0.0, self.rate, self.language, self.voice))
             return
         elif name == "prosody":
-            rate = prosody_rate(element, self.rate)
-            self._push(name, empty, out, rate, self.language)
+            self._push(name, empty, out, prosody_rate(element, self.rate), self.language, self.voice)
             return
         elif name == "lang":
             language = element.attrs.get("xml:lang")
             if not language:
                 raise InvalidInput("<lang> needs `xml:lang`", code="invalid_ssml", detail={"element": name})
-            self._push(name, empty, out, self.rate, language)
+            self._push(name, empty, out, self.rate, language, self.voice)
+            return
+        elif name == "voice":
+            voice = element.attrs.get("name")
+            if not voice:
+                raise InvalidInput(
+                    "<voice> needs a `name` (a stock voice)", code="invalid_ssml", detail={"element": name}
+                )
+            self._push(name, empty, out, self.rate, self.language, voice)
             return
         elif name not in _PLAIN:
             raise InvalidInput(
                 f"<{name}> is not an SSML element this node reads", code="invalid_ssml", detail={"element": name}
             )
         if not empty:
-            self._push(name, empty, out, self.rate, self.language)
+            self._push(name, empty, out, self.rate, self.language, self.voice)
 
-    def _push(self, name: str, empty: bool, out: list[str | Mark], rate: float | None, language: str | None) -> None:
+    def _push(
+        self,
+        name: str,
+        empty: bool,
+        out: list[str | Mark],
+        rate: float | None,
+        language: str | None,
+        voice: str | None,
+    ) -> None:
         if empty:
             return
         if len(self._open) >= MAX_DEPTH:
             raise InvalidInput(f"live SSML nests more than {MAX_DEPTH} elements deep", code="xml_unsafe")
-        self._open.append((name, self.rate, self.language))
-        if (rate, language) != (self.rate, self.language):
-            self.rate, self.language = rate, language
-            out.append(Mark(0.0, rate, language))
+        self._open.append((name, self.rate, self.language, self.voice))
+        self._switch(rate, language, voice, out)
 
     def _close(self, name: str, out: list[str | Mark]) -> None:
         if not self._open or self._open[-1][0] != name:
             opened = f"<{self._open[-1][0]}>" if self._open else "no element"
             raise _malformed(f"</{name}> closes {opened}")
-        _, rate, language = self._open.pop()
+        _, rate, language, voice = self._open.pop()
         if name in _BOUNDARIES:
             out.append(_BOUNDARIES[name])
-        if (rate, language) != (self.rate, self.language):
-            self.rate, self.language = rate, language
-            out.append(Mark(0.0, rate, language))
+        self._switch(rate, language, voice, out)
+
+    def _switch(self, rate: float | None, language: str | None, voice: str | None, out: list[str | Mark]) -> None:
+        """What follows is said at `rate`, in `language`, by `voice`: a mark where that differs from what was."""
+        if (rate, language, voice) != (self.rate, self.language, self.voice):
+            self.rate, self.language, self.voice = rate, language, voice
+            out.append(Mark(0.0, rate, language, voice))
 
     def _placeholder(self, fragment: str) -> str:
         """A whole `<sub>`, `<phoneme>` or `<say-as>`, read, as the one character that stands for it."""

@@ -8,8 +8,9 @@ says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, an
 cap it was cut for is cut again, so that one step stays one step's worth of audio.
 Live text may be SSML (text/live_ssml.py), read tag by tag as it arrives, so that a tag split across messages is
 whole before it is read and the segmenter never cuts inside one: a `<break>` ends the phrase before it with exactly
-that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>` or `<lang>`
-ends one and speaks what follows at its rate or in its language.
+that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>`, `<lang>` or
+`<voice name>` ends one and speaks what follows at its rate, in its language or by its voice (checked as it arrives,
+before any phrase in it is cut).
 The messages that carry the text, and their timeouts, are the web layer's (web/fronts/shared/live.py).
 """
 
@@ -20,7 +21,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 
-from errors import PayloadTooLarge
+from errors import InvalidInput, PayloadTooLarge
 from text.chunking import Chunk, PhraseSegmenter, is_speakable
 from text.cleaning import clean_text
 from text.live_ssml import LiveSsml, Mark
@@ -49,12 +50,14 @@ class LiveText:
         pronounce: Pronounce | None = None,
         ssml: bool | None = None,
         english: bool = True,
+        voice: Callable[[str], None] | None = None,
     ) -> None:
         """`speak`: a phrase as the engine will say it (`Engine.spoken_text` with the request's options);
         `max_chars` and `max_spoken_chars` (0: no limit) bound all the request's text, as written and as spoken.
         `pronounce`: a phrase of SSML as the engine says it (None: the text is never read as SSML); `ssml` True:
         the text is SSML without a `<speak>` of its own (ElevenLabs' `enable_ssml_parsing`), None: when it begins
-        with `<speak`; `english`: SSML spells letters out by their English names."""
+        with `<speak`; `english`: SSML spells letters out by their English names; `voice`: checks the name an SSML
+        `<voice>` gives, raising where it is no voice the request may switch to (None: any name is refused)."""
         self._segmenter = segmenter
         self._max_chars = max_chars
         self._wake = wake
@@ -83,7 +86,9 @@ class LiveText:
         self._english = english
         self._rate: float | None = None
         self._language: str | None = None
-        """The rate and language of the phrases cut now (SSML's `<prosody>` and `<lang>`)."""
+        self._voice: str | None = None
+        """The rate, language and voice of the phrases cut now (SSML's `<prosody>`, `<lang>` and `<voice>`)."""
+        self._check_voice = voice
 
     @property
     def pending(self) -> bool:
@@ -123,9 +128,12 @@ class LiveText:
         self._put(chunks)
 
     def _mark(self, mark: Mark) -> None:
-        """A break, or another rate or language: what is pending is a phrase of its own, then the mark applies."""
+        """A break, or another rate, language or voice: what is pending is a phrase of its own, then the mark
+        applies."""
+        if mark.voice is not None and mark.voice != self._voice:
+            self._checked_voice(mark.voice)
         self._put(self._segmenter.flush())
-        self._rate, self._language = mark.rate, mark.language
+        self._rate, self._language, self._voice = mark.rate, mark.language, mark.voice
         if not mark.silence:
             return
         with self._lock:
@@ -134,6 +142,15 @@ class LiveText:
                 self._chunks[-1] = dataclasses.replace(last, silence=(last.silence or 0.0) + mark.silence)
                 return
         self._lead += mark.silence
+
+    def _checked_voice(self, name: str) -> None:
+        if self._check_voice is None:
+            raise InvalidInput(
+                f"SSML <voice name={name[:40]!r}>: this request cannot switch voices",
+                code="invalid_ssml",
+                detail={"element": "voice", "voice": name[:40]},
+            )
+        self._check_voice(name)
 
     def _starved(self) -> bool:
         """Nothing of this request waits to be spoken: a complete clause goes now rather than wait for the rest of
@@ -188,8 +205,11 @@ class LiveText:
                 cap = segmenter.max_chunk_chars
                 parts = spoken.chunks(segmenter.first_chunk_chars if first else cap, cap)
                 parts[-1] = dataclasses.replace(parts[-1], pause=phrase.pause)
-            if self._rate is not None or self._language is not None:
-                parts = [dataclasses.replace(part, rate=self._rate, language=self._language) for part in parts]
+            if (self._rate, self._language, self._voice) != (None, None, None):
+                parts = [
+                    dataclasses.replace(part, rate=self._rate, language=self._language, voice=self._voice)
+                    for part in parts
+                ]
             if self._lead:
                 parts[0], self._lead = dataclasses.replace(parts[0], lead=self._lead), 0.0
             chunks += parts

@@ -3,8 +3,9 @@ whose path it answers (the native `{"code", "message"}`, or a vendor's: `front_s
 
 Everything that can go wrong (a domain error, a body that does not validate, an unknown route or method) becomes a
 `ServiceError` first, and `error_response` renders it; 429 and 503 always carry `Retry-After`. A request refused
-before its route ran is answered by `refuse` (a WebSocket handshake by `deny_websocket`), which has a speech route's
-refusal logged and counted by the lifecycle, as the route's other refusals are.
+before its route ran is answered by `refuse` (a WebSocket handshake by `_deny_websocket`), which has a speech route's
+refusal logged and counted by the lifecycle, as the route's other refusals are. A WebSocket route refuses its
+handshake by raising before it accepts: the handshake is denied in the shape of the front its path belongs to.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketState
 
 from errors import ServiceError, StreamCut, invalid_fields
 from lifecycle.synthesis import SynthesisService
 from web import request_ids
-from web.front_spec import ErrorBodyOf, Front, HandshakeHeadersOf, front_for
+from web.front_spec import ErrorBodyOf, Front, front_for
 
 log = logging.getLogger("polytts.errors")
 
@@ -96,7 +98,7 @@ SPEECH_ROUTE = "speech_route"
 """The key of a scope's state that names a speech route's request by its route (`middleware.AccessLog` sets it): its
 one log line and count are the lifecycle's."""
 _DENIED_HANDSHAKE: contextvars.ContextVar[bool] = contextvars.ContextVar("denied_handshake", default=False)
-"""Set in the ASGI task of a WebSocket whose handshake `deny_websocket` answered."""
+"""Set in the ASGI task of a WebSocket whose handshake `_deny_websocket` answered."""
 _CUT_STREAM: contextvars.ContextVar[bool] = contextvars.ContextVar("cut_stream", default=False)
 """Set in the ASGI task of a request whose streamed body was cut on purpose (`stream_cut`)."""
 
@@ -108,12 +110,11 @@ async def refuse(
     in the body of the front its path belongs to, or a denied handshake; a speech route's refusal is logged and
     counted first."""
     front = front_for(fronts, scope["path"])
-    error_body = front.error_body
     if scope["type"] == "websocket":
-        await deny_websocket(exc, retry_after, error_body, scope, receive, send, front.handshake_headers)
+        await _deny_websocket(exc, retry_after, front, scope, receive, send)
         return
     _count_refusal(scope, exc)
-    await error_response(exc, retry_after, error_body)(scope, receive, send)
+    await error_response(exc, retry_after, front.error_body)(scope, receive, send)
 
 
 def _count_refusal(scope: Scope, exc: ServiceError) -> None:
@@ -125,23 +126,17 @@ def _count_refusal(scope: Scope, exc: ServiceError) -> None:
         synthesis.rejected(route, exc, connection.client.host if connection.client else None)
 
 
-async def deny_websocket(
-    exc: ServiceError,
-    retry_after: float,
-    error_body: ErrorBodyOf,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    headers: HandshakeHeadersOf | None = None,
+async def _deny_websocket(
+    exc: ServiceError, retry_after: float, front: Front, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    """Refuse a WebSocket handshake with the error's HTTP answer (status, JSON body in `error_body`, Retry-After,
-    the front's `headers`) where the server can send one (the ASGI `websocket.http.response` extension, which uvicorn
-    has); else with a close, which the client sees as a 403. Logged and counted as `refuse` has it."""
+    """Refuse a WebSocket handshake with the error's HTTP answer (status, the front's error body, Retry-After, the
+    front's handshake headers) where the server can send one (the ASGI `websocket.http.response` extension, which
+    uvicorn has); else with a close, which the client sees as a 403. Logged and counted as `refuse` has it."""
     _count_refusal(scope, exc)
     _DENIED_HANDSHAKE.set(True)
     if "websocket.http.response" in scope.get("extensions", {}):
-        extra = headers(exc) if headers is not None else None
-        await error_response(exc, retry_after, error_body, extra)(scope, receive, send)
+        extra = front.handshake_headers(exc) if front.handshake_headers is not None else None
+        await error_response(exc, retry_after, front.error_body, extra)(scope, receive, send)
     else:
         await send({"type": "websocket.close", "code": 1008, "reason": exc.code})
 
@@ -154,7 +149,7 @@ def stream_cut() -> None:
 
 class _DeniedHandshakes(logging.Filter):
     """Drops uvicorn's ERROR `ASGI callable returned without completing handshake.` for a handshake that
-    `deny_websocket` answered: uvicorn's websockets-sansio protocol (its default) never counts an HTTP answer as the
+    `_deny_websocket` answered: uvicorn's websockets-sansio protocol (its default) never counts an HTTP answer as the
     handshake's end (uvicorn PR #3138), so it says so for every refusal. A handshake left unanswered still logs it.
     So too `... without completing response.` for a body cut on purpose (`stream_cut`): the cut is how the client
     learns of a failure after its status, and the failure was logged where it happened."""
@@ -172,12 +167,18 @@ def install_error_handlers(app: FastAPI, retry_after: float, fronts: Sequence[Fr
     Retry-After (`retry_after` by default)."""
     logging.getLogger("uvicorn.error").addFilter(_DENIED_HANDSHAKES)  # once, however many apps are made
 
-    def answer(exc: ServiceError, request: Request) -> JSONResponse:
+    def answer(exc: ServiceError, request: HTTPConnection) -> JSONResponse:
         return error_response(exc, retry_after, front_for(fronts, request.url.path).error_body)
 
-    async def on_service_error(request: Request, exc: Exception) -> JSONResponse:
+    async def on_service_error(connection: HTTPConnection, exc: Exception) -> JSONResponse | None:
         assert isinstance(exc, ServiceError)
-        return answer(exc, request)
+        if not isinstance(connection, WebSocket):
+            return answer(exc, connection)
+        if connection.application_state != WebSocketState.CONNECTING:
+            raise exc  # a socket already accepted answers its own errors: one that escapes is a fault
+        front = front_for(fronts, connection.url.path)
+        await _deny_websocket(exc, retry_after, front, connection.scope, connection.receive, connection.send)
+        return None
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -204,7 +205,9 @@ def install_error_handlers(app: FastAPI, retry_after: float, fronts: Sequence[Fr
         response.headers.update(request_ids.header(request.scope))
         return response
 
-    app.add_exception_handler(ServiceError, on_service_error)
+    # Starlette hands it a Request, or a WebSocket route's WebSocket (whose answer it sends itself): one handler for
+    # both, which Starlette's types (one or the other) cannot say.
+    app.add_exception_handler(ServiceError, on_service_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected)

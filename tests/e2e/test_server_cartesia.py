@@ -15,6 +15,7 @@ import pytest
 import soundfile
 from cartesia import APIStatusError, Cartesia
 
+from bench import asr
 from tests.support.servers import ServerProcess, no_tracebacks
 from tests.support.voice_agents import PIPECAT_PATIENCE_S, TimedWord, check_timings, pipecat_speak, speech
 
@@ -111,6 +112,46 @@ def test_sdk_websocket_contexts_flush_and_timestamps(client: Cartesia) -> None:
     ]
     assert [word for word, _, _ in words] == ANSWER.split() and speech(samples)
     assert check_timings(samples, 16000, words) >= 1
+
+
+def sdk_speech(client: Cartesia, transport: str, pieces: list[str]) -> np.ndarray:
+    """The SDK's speech of `pieces` (one transcript over HTTP; pushed one by one on the WebSocket), at 16 kHz."""
+    if transport == "bytes":
+        audio = client.tts.generate(
+            model_id="sonic-3", transcript="".join(pieces), voice={"id": VOICE}, output_format=RAW_16K
+        ).read()
+    elif transport == "sse":
+        events = client.tts.generate_sse(
+            model_id="sonic-3", transcript="".join(pieces), voice={"id": VOICE}, output_format=RAW_16K
+        )
+        audio = b"".join(event.audio or b"" for event in events if event.type == "chunk")
+    else:
+        with client.tts.websocket_connect() as connection:
+            context = connection.context(model_id="sonic-3", voice={"id": VOICE}, output_format=RAW_16K)
+            for piece in pieces:
+                context.push(piece)
+            context.no_more_inputs()
+            received = list(context.receive())
+        assert received[-1].type == "done", received[-1]
+        audio = b"".join(base64.b64decode(event.data) for event in received if event.type == "chunk")
+    return np.frombuffer(audio, dtype="<i2")
+
+
+@pytest.mark.parametrize("transport", ["bytes", "sse", "websocket"])
+def test_sdk_reads_cartesia_tags_break_spell_and_speed(client: Cartesia, transport: str) -> None:
+    """Cartesia's tags through the SDK, in real audio (split across pushes on the WebSocket): `<break>` is that much
+    silence, `<spell>` says a word's letters (longer than the word), `<speed ratio>` shortens what follows it."""
+    broken = sdk_speech(client, transport, ["One. <bre", 'ak time="1', 's"/> Two.'])
+    quiet = asr.silences(broken.astype(np.float32) / 32768, 16_000, 0.5)
+    assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.0) < 0.1, quiet
+    word, spelled = (
+        sdk_speech(client, transport, ["Say NASA."]),
+        sdk_speech(client, transport, ["Say <spell>NASA</spell>."]),
+    )
+    assert spelled.size > 1.2 * word.size and speech(spelled)  # 1.33 measured: four letter names
+    plain = sdk_speech(client, transport, [ANSWER])
+    fast = sdk_speech(client, transport, ['<speed ratio="1.5"/>', ANSWER])
+    assert fast.size < 0.85 * plain.size and speech(fast)
 
 
 def test_sdk_lists_and_gets_the_nodes_voices(client: Cartesia) -> None:

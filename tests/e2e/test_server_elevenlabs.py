@@ -17,6 +17,7 @@ import pytest
 from elevenlabs import ElevenLabs, realtime_tts
 from elevenlabs.core import ApiError
 
+from bench import asr
 from tests.support.servers import ServerProcess, no_tracebacks, outcome_line, outcomes, spoken_chars
 from tests.support.voice_agents import (
     PIPECAT_PATIENCE_S,
@@ -139,17 +140,45 @@ def cancelled_line(node: ServerProcess, route: str, before: int) -> str:
     return line
 
 
+def realtime_over_plain_ws(monkeypatch: pytest.MonkeyPatch, query: str = "") -> None:
+    """The SDK's `convert_realtime` over plain ws:// (it always says wss://), `query` added to the URL it builds (it
+    has no argument for the socket's other query parameters, such as `enable_ssml_parsing`)."""
+    from websockets.sync.client import connect
+
+    def plain(url: str, **options: Any) -> Any:
+        return connect(url.replace("wss://", "ws://", 1) + query, **options)
+
+    monkeypatch.setattr(realtime_tts, "connect", plain)
+
+
+def one_silence(samples: np.ndarray, rate: int) -> float:
+    """The one silence of half a second or more in `samples`, in seconds."""
+    quiet = asr.silences(samples.astype(np.float32) / 32768, rate, 0.5)
+    assert len(quiet) == 1, quiet
+    return quiet[0][1] - quiet[0][0]
+
+
+def test_sdk_break_tag_is_that_much_silence_over_http_and_the_realtime_socket(
+    client: ElevenLabs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `<break time="1.2s"/>` in the text: over HTTP (`convert`, whose speech routes read the bare tags), and over
+    the SDK's realtime helper with `enable_ssml_parsing=true`, where its text chunker splits the tag across
+    messages; the break is measured in the audio."""
+    text = 'One. <break time="1.2s"/> Two.'
+    heard = b"".join(client.text_to_speech.convert(VOICE, text=text, output_format="pcm_24000"))
+    assert abs(one_silence(np.frombuffer(heard, dtype="<i2"), 24_000) - 1.2) < 0.1
+    realtime_over_plain_ws(monkeypatch, "&enable_ssml_parsing=true")
+    pieces = iter(["One. <break ", 'time="1.2s"/> Two.'])  # sent as two messages, the tag cut after `<break `
+    streamed = b"".join(client.text_to_speech.convert_realtime(VOICE, text=pieces, output_format="pcm_24000"))
+    assert abs(one_silence(np.frombuffer(streamed, dtype="<i2"), 24_000) - 1.2) < 0.1
+
+
 def test_sdk_realtime_left_after_its_text_stops_the_work(
     client: ElevenLabs, node: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The SDK's `convert_realtime` (stream-input) sends all the text and its end, then the caller stops reading
     after the first audio: the SDK closes its socket, and the node stops."""
-    from websockets.sync.client import connect
-
-    def plain(url: str, **options: Any) -> Any:  # the SDK always says wss://; this node speaks plain ws://
-        return connect(url.replace("wss://", "ws://", 1), **options)
-
-    monkeypatch.setattr(realtime_tts, "connect", plain)
+    realtime_over_plain_ws(monkeypatch)
     before = outcomes(node, "/stream-input")
     audio = client.text_to_speech.convert_realtime(VOICE, text=iter(LONG), output_format="pcm_16000")
     assert isinstance(audio, Generator) and next(audio)

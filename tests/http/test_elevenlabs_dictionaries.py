@@ -165,3 +165,21 @@ def test_ssml_parsing_on_both_websockets_reads_split_break_and_phoneme_tags(clie
         assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.2) < 0.1, (path, quiet)
         spoken = "".join("".join(m["alignment"]["chars"]) for m in messages if m.get("alignment"))
         assert "<" not in spoken and "tomato" in spoken, spoken
+
+
+def test_ssml_parsing_on_both_websockets_refuses_a_voice_that_is_no_stock_voice_naming_it(client: TestClient) -> None:
+    """`<voice name>` with `enable_ssml_parsing=true` names a stock voice; any other name is the socket's error
+    message (ElevenLabs' `message` and `error`), the name in it, before anything of its span is spoken."""
+    for path, context in (("stream-input", {}), ("multi-stream-input", {"context_id": "a"})):
+        url = f"{SAY}/{path}?output_format=pcm_24000&enable_ssml_parsing=true"
+        with client.websocket_connect(url, headers=KEY) as ws:
+            ws.send_json({"text": " ", **context})
+            ws.send_json({"text": '<voice name="nobo', **context})
+            ws.send_json({"text": 'dy_here">Bye now.</voice> ', **context})
+            ws.send_json({**context, "flush": True})
+            messages: list[dict[str, Any]] = []
+            while not (message := ws.receive_json()).get("isFinal"):
+                messages.append(message)
+        errors = [message for message in messages if "error" in message]
+        assert [message["error"] for message in errors] == ["invalid_ssml"], (path, messages)
+        assert "nobody_here" in errors[0]["message"] and not any(m.get("audio") for m in messages), messages

@@ -56,3 +56,30 @@ def test_live_ssml_that_cannot_be_read_ends_with_an_error_naming_it(client: Test
     _, events = live_socket(client, ['{"text": "<speak>Hi <aud"}', '{"text": "io/> there."}', '{"end": true}'])
     assert events[-1]["type"] == "error" and events[-1]["code"] == "invalid_ssml", events
     assert "<audio>" in events[-1]["message"]
+
+
+@pytest.mark.slow
+def test_a_voice_split_across_messages_says_what_follows_in_that_voice(client: TestClient) -> None:
+    """Kokoro is deterministic: the live audio ends with exactly what a plain request in the named voice answers."""
+    pieces = ["<speak>Hello there. <voi", 'ce name="am_adam">General Kenobi.</voice></speak>']
+    audio, events = live_socket(client, [json.dumps({"text": piece}) for piece in pieces] + ['{"end": true}'])
+    assert events[-1]["type"] == "done", events
+    words = [word["word"] for event in events if event["type"] == "words" for word in event["words"]]
+    assert words == ["Hello", "there.", "General", "Kenobi."], words
+
+    def plain(text: str, voice: str) -> bytes:
+        response = client.post("/tts/stream", json={"text": text, "voice": voice})
+        assert response.status_code == 200, response.text
+        return response.content
+
+    named, own = plain("General Kenobi.", "am_adam"), plain("General Kenobi.", "af_heart")
+    assert audio.endswith(named) and not audio.endswith(own)
+    hello = plain("Hello there.", "af_heart")
+    assert audio.startswith(hello[: len(hello) // 2])  # the request's voice until the tag
+
+
+def test_a_live_voice_that_is_no_stock_voice_ends_with_an_error_naming_it(client: TestClient) -> None:
+    messages = ['{"text": "<speak>Hi. <voice name=\\"nobo"}', '{"text": "dy_here\\">Bye.</voice>"}', '{"end": true}']
+    _, events = live_socket(client, messages)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "invalid_ssml", events
+    assert "nobody_here" in events[-1]["message"]

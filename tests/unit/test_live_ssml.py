@@ -117,3 +117,61 @@ def test_cartesia_tags_are_read_live_and_whole() -> None:
     )
     with pytest.raises(InvalidInput):
         with_cartesia_tags('<speed ratio="fast"/>Hi.')
+
+
+def voiced_chunks(pieces: list[str], stock: frozenset[str] = frozenset({"am_adam", "bf_emma"})) -> list[Chunk]:
+    checked: list[str] = []
+
+    def check(name: str) -> None:
+        if name not in stock:
+            raise InvalidInput(f"no stock voice {name!r}", code="invalid_ssml")
+        checked.append(name)
+
+    text = LiveText(PhraseSegmenter(60, 120), 10_000, lambda: None, pronounce=pronounce, voice=check)
+    for piece in pieces:
+        text.add(piece)
+    text.close()
+    chunks = []
+    while (taken := text.take()) is not None:
+        chunks.append(taken[0])
+    assert list(dict.fromkeys(checked)) == list(dict.fromkeys(chunk.voice for chunk in chunks if chunk.voice))
+    return chunks
+
+
+VOICES = (
+    '<speak>Hello there. <voice name="am_adam">General Kenobi, <prosody rate="fast">you are'
+    '</prosody> bold.<voice name="bf_emma">Quite.</voice> Back.</voice> Mine again.</speak>'
+)
+
+
+def test_a_voice_split_across_messages_says_the_phrases_after_it() -> None:
+    whole = voiced_chunks([VOICES])
+    assert [(chunk.text, chunk.voice, chunk.rate) for chunk in whole] == [
+        ("Hello there.", None, None),
+        ("General Kenobi,", "am_adam", None),
+        ("you are", "am_adam", 1.25),
+        ("bold.", "am_adam", None),
+        ("Quite.", "bf_emma", None),
+        ("Back.", "am_adam", None),
+        ("Mine again.", None, None),
+    ]
+    for size in (1, 4, 9):  # the tags cut across messages somewhere
+        assert voiced_chunks([VOICES[i : i + size] for i in range(0, len(VOICES), size)]) == whole
+
+
+def test_an_unknown_voice_is_refused_as_its_tag_arrives_before_a_phrase_of_it_is_cut() -> None:
+    def nobody(name: str) -> None:
+        raise InvalidInput(f"no stock voice {name!r}", code="invalid_ssml")
+
+    text = LiveText(PhraseSegmenter(60, 120), 10_000, lambda: None, pronounce=pronounce, voice=nobody)
+    text.add("<speak>Hi. <voice na")
+    with pytest.raises(InvalidInput) as refused:
+        text.add('me="nobody_here">Bye now.')
+    assert refused.value.code == "invalid_ssml" and "nobody_here" in refused.value.message
+    assert text.cut == 0 and text.take() is None  # refused before anything after it is cut (or what came before)
+    with pytest.raises(InvalidInput) as nameless:
+        voiced_chunks(["<speak>Hi. <voice>Bye.</voice></speak>"])
+    assert nameless.value.code == "invalid_ssml" and "name" in nameless.value.message
+    with pytest.raises(InvalidInput) as unchecked:  # a LiveText told of no voices switches to none
+        chunks_of(['<speak>Hi. <voice name="am_adam">Bye.</voice></speak>'])
+    assert unchecked.value.code == "invalid_ssml" and "am_adam" in unchecked.value.message

@@ -34,14 +34,12 @@ from web.fronts.cartesia.dictionaries import dict_lexicons
 from web.fronts.cartesia.protocol import (
     SocketMessage,
     StepClock,
-    error_body,
     event_error,
     resolve_model,
     word_timestamps,
 )
 from web.fronts.shared.contexts import ContextSocket, SocketContext
 from web.fronts.shared.live import open_session
-from web.http_errors import deny_websocket
 
 log = logging.getLogger("polytts.live")
 
@@ -216,13 +214,8 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
 
 
 async def serve_socket(websocket: WebSocket, service: Service) -> None:
-    """Refuse the handshake with an HTTP error (Cartesia's error shape) when the node drains; otherwise accept it and
-    serve the socket (a context's own mistakes are `error` events of that context)."""
-    try:
-        service.synthesis.check_open()
-    except ServiceError as exc:
-        retry_after = service.settings.retry_after_seconds
-        await deny_websocket(exc, retry_after, error_body, websocket.scope, websocket.receive, websocket.send)
-        return
+    """Refuse the handshake (raise: web.http_errors answers it in Cartesia's error shape) when the node drains;
+    otherwise accept it and serve the socket (a context's own mistakes are `error` events of that context)."""
+    service.synthesis.check_open()
     await websocket.accept()
     await CartesiaSocket(websocket, service).run()

@@ -30,8 +30,6 @@ from web.dependencies import connection_context
 from web.fronts.deepgram.protocol import (
     SocketMessage,
     SpeakQuery,
-    error_body,
-    handshake_headers,
     metadata,
     model_headers,
     model_voice,
@@ -40,7 +38,6 @@ from web.fronts.deepgram.protocol import (
 )
 from web.fronts.shared.contexts import ContextSocket, SocketContext
 from web.fronts.shared.live import LiveIdle, open_session
-from web.http_errors import deny_websocket
 
 SOCKET_IDLE_S = 300.0
 """How long a socket with nothing to speak may send nothing."""
@@ -168,22 +165,17 @@ class DeepgramSocket(ContextSocket[SocketMessage]):
 
 
 async def serve_socket(websocket: WebSocket, service: Service) -> None:
-    """Refuse the handshake with an HTTP error (Deepgram's error shape) when the node drains or the query, the model
-    or its voice is wrong; otherwise accept it, say `Metadata` and serve the socket."""
+    """Refuse the handshake (raise: web.http_errors answers it in Deepgram's error shape, with its headers) when the
+    node drains or the query, the model or its voice is wrong; otherwise accept it, say `Metadata` and serve the
+    socket."""
+    service.synthesis.check_open()
     try:
-        service.synthesis.check_open()
-        try:
-            query = SpeakQuery.model_validate(dict(websocket.query_params))
-        except ValidationError as exc:
-            raise invalid_fields(exc.errors(), "query: ") from None
-        audio = query.output(socket=True)
-        voice = model_voice(query.model)
-        await service.catalog.resolve(voice)
-    except ServiceError as exc:
-        retry_after = service.settings.retry_after_seconds
-        scope, receive, send = websocket.scope, websocket.receive, websocket.send
-        await deny_websocket(exc, retry_after, error_body, scope, receive, send, handshake_headers)
-        return
+        query = SpeakQuery.model_validate(dict(websocket.query_params))
+    except ValidationError as exc:
+        raise invalid_fields(exc.errors(), "query: ") from None
+    audio = query.output(socket=True)
+    voice = model_voice(query.model)
+    await service.catalog.resolve(voice)
     headers = model_headers(query.model_name())
     await websocket.accept(headers=[(name.encode(), value.encode()) for name, value in headers.items()])
     socket = DeepgramSocket(websocket, service, query, audio, voice)

@@ -32,7 +32,6 @@ from web.dependencies import connection_context
 from web.fronts.elevenlabs.dictionaries import locator_lexicons
 from web.fronts.elevenlabs.protocol import (
     SocketMessage,
-    error_body,
     output,
     resolve_model,
     segments,
@@ -41,7 +40,6 @@ from web.fronts.elevenlabs.protocol import (
 )
 from web.fronts.shared.contexts import ContextSocket, SocketContext
 from web.fronts.shared.live import open_session
-from web.http_errors import deny_websocket
 
 DEFAULT_CONTEXT = "default"
 """The context of a `multi-stream-input` message that names none."""
@@ -223,20 +221,15 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
 
 
 async def serve_socket(websocket: WebSocket, voice_id: str, service: Service, multi: bool) -> None:
-    """Refuse the handshake with an HTTP error (ElevenLabs' error shape) when the node drains or the query or the
-    voice is wrong; otherwise accept it and serve the socket."""
+    """Refuse the handshake (raise: web.http_errors answers it in ElevenLabs' error shape) when the node drains or
+    the query or the voice is wrong; otherwise accept it and serve the socket."""
+    service.synthesis.check_open()
     try:
-        service.synthesis.check_open()
-        try:
-            query = SocketQuery.model_validate(dict(websocket.query_params))
-        except ValidationError as exc:
-            raise invalid_fields(exc.errors(), "query: ") from None
-        audio = output(query.output_format)
-        engine = resolve_model(query.model_id, service.pool.engines)
-        await service.catalog.resolve(voice_id)
-    except ServiceError as exc:
-        retry_after = service.settings.retry_after_seconds
-        await deny_websocket(exc, retry_after, error_body, websocket.scope, websocket.receive, websocket.send)
-        return
+        query = SocketQuery.model_validate(dict(websocket.query_params))
+    except ValidationError as exc:
+        raise invalid_fields(exc.errors(), "query: ") from None
+    audio = output(query.output_format)
+    engine = resolve_model(query.model_id, service.pool.engines)
+    await service.catalog.resolve(voice_id)
     await websocket.accept()
     await ElevenLabsSocket(websocket, service, voice_id, query, audio, engine, multi).run()

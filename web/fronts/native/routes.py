@@ -23,7 +23,7 @@ from web.fronts.native.live import LIVE_SUBPROTOCOL, json_objects, serve_websock
 from web.fronts.native.protocol import EngineCatalog, TimedSpeech
 from web.fronts.shared.live import open_session
 from web.fronts.shared.requests import LiveMessage, LiveOptions, TTSRequest
-from web.http_errors import cut_on_failure, deny_websocket, websocket_only
+from web.http_errors import cut_on_failure, websocket_only
 
 CAPTION_MEDIA_TYPES: dict[CaptionFormat, str] = {
     "vtt": "text/vtt; charset=utf-8",
@@ -148,12 +148,8 @@ router.add_api_route("/tts/live/ws", websocket_only, methods=["GET"], include_in
 async def tts_live_ws(websocket: WebSocket, service: ServiceDep) -> None:
     """The live route for browsers and agents: JSON messages in; binary audio frames and JSON events out (`words`,
     `done`, `error`). The API key comes as the subprotocol `bearer.<base64url key>` (or an Authorization header)."""
-    try:
-        service.synthesis.check_open()  # a draining node refuses the handshake: a balancer retries elsewhere
-    except ServiceError as exc:
-        retry_after = service.settings.retry_after_seconds
-        await deny_websocket(exc, retry_after, ServiceError.body, websocket.scope, websocket.receive, websocket.send)
-        return
+    # A draining node refuses the handshake (web.http_errors answers the error): a balancer retries elsewhere.
+    service.synthesis.check_open()
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol=LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in offered else None)
     ctx = connection_context(websocket, "tts/live/ws", streaming=True)
