@@ -17,6 +17,7 @@ from gpu.fairness import FairQueue
 from gpu.jobs import Job
 from gpu.playback import EngineSpeed
 from gpu.queue_stats import OTHER_KEYS
+from gpu.retry_line import MAX_PLACES
 from gpu.scheduling_settings import SchedulingSettings
 from lifecycle.chunk_sources import PlannedChunks
 from tests.support.clock import Clock
@@ -966,6 +967,23 @@ def test_no_client_is_told_to_wait_longer_than_the_bound_and_a_crowd_beyond_it_c
     assert all(15.0 <= retry < 30.0 for retry in beyond)
     # 40 places over 60 s come back over 15 s: about 4 at any one instant, never all at once.
     assert max(collections.Counter(round(retry, 6) for retry in beyond).values()) <= 4
+
+
+def test_a_flood_of_refused_clients_holds_a_bounded_number_of_places_and_every_one_lapses(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    settings = roomy(max_inflight=1)
+    queue = measured(FairQueue(settings, clock))
+    queue.add(fake_job(loop, "first", chars=50))
+    for index in range(MAX_PLACES + 50):
+        with pytest.raises(Busy) as err:
+            queue.add(fake_job(loop, f"random-{index}", chars=50))
+        assert err.value.retry_after is not None and err.value.retry_after <= settings.max_retry_after_s
+    assert len(queue.admission.line) == MAX_PLACES  # those beyond it were told a time but hold no place
+    clock.advance(settings.max_retry_after_s + settings.retry_grace_s + 1.0)
+    refused_retries(queue, loop, 1)
+    assert len(queue.admission.line) == 1  # every place of the flood lapsed: only the newcomer's is left
 
 
 def obeying_crowd(settings: SchedulingSettings, loop: asyncio.AbstractEventLoop, no_shows: int) -> float:
