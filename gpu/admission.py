@@ -5,14 +5,11 @@ clients share), per engine, in flight, characters waiting, per client address, a
 (`playback.admission`: the engine's measured speed and the audio promised to admitted streams). A live request
 waiting for text holds none of those places: live requests waiting for text have bounds of their own, in all and per
 client address. A response whose reader falls behind real time stops holding a slot (`gpu.slow_readers`). A
-rejection creates no key state; its Retry-After is when the work ahead should have made room, one promised slot per
-refusal after another."""
+rejection creates no key state; its Retry-After is when the work ahead should have made room, one slot per place in
+the line of refused clients (`gpu.retry_line`) ahead of it."""
 
 from __future__ import annotations
 
-import bisect
-import collections
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,18 +18,14 @@ from errors import Busy
 from gpu.jobs import Job
 from gpu.playback import Refusal, StreamDemand, admission
 from gpu.queue_state import QueueState
+from gpu.retry_line import RetryLine
 
 MIN_SLOT_S = 0.25
-"""The least time between two retries promised to refused requests."""
+"""The least time between the places of two refused requests."""
 PROMISE_MARGIN = 1.5
-"""Promised retries are this much further apart than the estimate of each request's GPU time: one back too early is
+"""Places in line are this much further apart than the estimate of each request's GPU time: one back too early is
 refused again, while one back a little late costs nothing as long as the other admitted requests keep the thread
 busy (short texts cost more than their characters say)."""
-MAX_RETRY_AFTER_S = 30.0
-"""The longest Retry-After promised behind other promises while the engine's speed is not settled (a bound's own
-estimate may be longer)."""
-MAX_PROMISES = 10_000
-"""Retry times remembered at once (a flood of refusals forgets its latest first)."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +48,15 @@ class Admission:
         """Keys that unrelated clients share (the anonymous key of a node without API keys): `max_pending_per_key`
         counts per client address within them."""
         self._last_refusal: tuple[Any, float, Refusal] | None = None
-        self._promised: collections.deque[float] = collections.deque()
-        """Retry times promised to refused requests and not passed yet, in order."""
+        self.line = RetryLine(state.settings)
 
     def check(self, job: Job, now: float) -> None:
         """Raise Busy (429) naming the bound the job would exceed, with a Retry-After computed from the work ahead
         of it, and count the refusal; return when it is admitted."""
         bound = self._refusal(job, now)
         if bound is None:
+            if not job.background:
+                self.line.admitted((job.key, job.client), now)
             return
         retry_after = bound.retry_after
         if retry_after is None:
@@ -115,13 +109,13 @@ class Admission:
 
     def _promise(self, holding: list[Job], job: Job, now: float) -> float:
         """Retry-After for a job refused because `holding` fill its bound: when the first of them should end, then
-        one slot per refusal after that, so that clients that obey it come back in about the order they came, a few
-        at a time."""
+        one slot per place in line ahead of its client's, so that clients that obey it come back in about the order
+        they came, a few at a time."""
         own_s = self.state.work_left_s(job)
         if any(j.awaiting_input for j in holding):  # they end when their clients say so: a fixed guess
-            return self._book(now + self.state.settings.retry_after_seconds, own_s, now, job.engine)
+            return self._book(job, now + self.state.settings.retry_after_seconds, own_s, now)
         first = min((self._ends_in(j) for j in holding), default=0.0)
-        return self._book(now + first, own_s, now, job.engine)
+        return self._book(job, now + first, own_s, now)
 
     def _ends_in(self, job: Job) -> float:
         """Estimated seconds until the job ends: its key's work up to it (a key's jobs run in order), and as much of
@@ -137,29 +131,11 @@ class Admission:
         ]
         return own + sum(min(work, own) for work in others)
 
-    def _book(self, earliest: float, own_s: float, now: float, engine: str) -> float:
-        """A retry time from `earliest` on: the first gap among the retries still promised, one slot of `own_s`
-        (widened by PROMISE_MARGIN) per promise. Promises whose time has passed no longer count, so a client refused
-        again holds no slot twice, and a gap left by clients that came and went is offered again."""
-        promised = self._promised
-        while promised and promised[0] <= now:
-            promised.popleft()
+    def _book(self, job: Job, earliest: float, own_s: float, now: float) -> float:
+        """The job's client's place in line, from `earliest` on, one slot of `own_s` (widened by PROMISE_MARGIN) per
+        place ahead of it: the Retry-After it is told."""
         step = max(own_s * PROMISE_MARGIN, MIN_SLOT_S)
-        # Promises due before `earliest` take the first slots; then each promise in the way takes one more.
-        taken = bisect.bisect_left(promised, earliest)
-        for due in itertools.islice(promised, taken, None):
-            if due >= earliest + (taken + 1) * step:  # room for one more before it
-                break
-            taken += 1
-        slot = earliest + taken * step
-        if not self.state.speed(engine).settled:
-            # Made before the engine's speed is measured, the estimate can be far out: a client waits at most
-            # MAX_RETRY_AFTER_S behind others, and is promised a better-informed time when it comes back.
-            slot = min(slot, now + max(MAX_RETRY_AFTER_S, earliest - now))
-        bisect.insort(promised, slot)
-        if len(promised) > MAX_PROMISES:
-            promised.pop()
-        return slot - now
+        return self.line.refused((job.key, job.client), earliest, step, now)
 
     def _stream_refusal(self, job: Job, admitted: list[Job], now: float) -> Refusal | None:
         state, settings = self.state, self.state.settings
@@ -195,10 +171,10 @@ class Admission:
             self._last_refusal = (signature, now, refusal) if refusal is not None else None
         if refusal is None:
             return None
-        # Refused clients are promised successive slots, one such stream's GPU time apart, not all the same instant.
+        # Refused clients hold successive places in line, one such stream's GPU time apart, not all the same instant.
         return Refusal(
             refusal.reason,
-            self._book(now + refusal.retry_after, sum(gpu for gpu, _ in candidate.units), now, job.engine),
+            self._book(job, now + refusal.retry_after, sum(gpu for gpu, _ in candidate.units), now),
         )
 
     def _demand(self, job: Job, now: float) -> StreamDemand:

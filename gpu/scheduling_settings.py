@@ -102,10 +102,20 @@ class SchedulingSettings(EngineSettings):
     """Fairness keys listed one by one in /health, /admin/scheduler and /metrics (busiest first); the rest are
     summed under the key `(other)`."""
 
+    max_retry_after_s: float = Field(30.0, ge=1)
+    """The longest `Retry-After` of a 429. A client refused for longer holds a place in line and is told to come back
+    within this, then told the time left to its place again; clients refused before it that never come back stop
+    holding places ahead of it after this plus POLYTTS_RETRY_GRACE_S, so it is never told to wait longer for them."""
+
+    retry_grace_s: float = Field(5.0, ge=0)
+    """How late after its `Retry-After` a refused client may come back and keep its place in line (`Retry-After` is
+    whole seconds, and a request takes time to arrive); later, its place lapses and the places behind it move up."""
+
     retry_after_seconds: float = Field(2.0, gt=0)
     """`Retry-After` of 503 answers (warming, draining, uploads busy). A 429 computes its own from the work ahead
-    of it (when the first request holding its bound should end, one slot per refusal after that), and takes this
-    only where that work cannot be estimated (live requests waiting for text)."""
+    of it (when the first request holding its bound should end, one slot per refused client ahead of it in line,
+    within POLYTTS_MAX_RETRY_AFTER_S), and takes this only where that work cannot be estimated (live requests waiting
+    for text)."""
 
     # Named apart from the other settings classes' validators: `Settings` inherits every one of them.
     @model_validator(mode="after")

@@ -12,9 +12,9 @@ Its own servers: `plain` (no API keys, PCM cache on, in-memory cache off so that
 text amplification and small-item probes), `keyed` (API keys on, started on a voices folder holding a pack whose
 meta.json is damaged; also the refusal probes), `one_slot` (POLYTTS_MAX_INFLIGHT=1, so that one held stream makes
 every other request a rejection) and `hostage` (short live and reader idle limits: idle live sessions, readers that
-never read, Retry-After obeyed by a crowd); the `signals` probes start processes of their own (Ctrl+C under run.sh,
-repeated SIGTERM, invalid settings at each step). Against `--url`, probes
-that need a server's files or configuration are skipped with the reason: cache entries need `--cache-dir` (and a
+never read, Retry-After obeyed by a crowd, fresh and after as many clients refused and gone); the `signals` probes
+start processes of their own (Ctrl+C under run.sh, repeated SIGTERM, invalid settings at each step). Against `--url`,
+probes that need a server's files or configuration are skipped with the reason: cache entries need `--cache-dir` (and a
 server with POLYTTS_MEMORY_CACHE_BYTES=0), bodies refused before authentication need `--api-key` (keys on), random
 fairness keys need keys off and POLYTTS_MAX_INFLIGHT=1, a damaged voices folder needs a server of its own; memory is
 read from /proc when the server runs on this machine (its pid from `--pid` or `/health`).

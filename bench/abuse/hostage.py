@@ -1,9 +1,9 @@
 """Probes of clients that would hold a node hostage: live sessions that never speak, readers that never read, a live
 request failing after its audio started, a malformed message on an open ElevenLabs socket, and a crowd of refused
-clients obeying Retry-After.
+clients obeying Retry-After, on a fresh node and after as many refused clients that never came back.
 
 `probes` needs a keyless node (every client shares the anonymous key) with a short live idle limit and reader idle
-limit, as `SERVER_ENV` sets them; `obeying_retry_after` runs on any keyless node.
+limit, as `SERVER_ENV` sets them; the crowds obeying Retry-After run on any keyless node.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import httpx
 from websockets.sync.client import ClientConnection, connect
@@ -107,34 +108,95 @@ def live_failure_after_audio(target: Target) -> Answer:
     return Answer("200, cut", "the chunked body ended without its last chunk; counted as invalid_message")
 
 
-def obeying_retry_after(target: Target, clients: int = 200) -> Answer:
-    """`clients` at once, each retrying a short /tts after the Retry-After it gets: how many attempts they make, the
-    most one needs, when the last is served, and how far the order of service strays from the order of arrival."""
-    attempts: list[int] = [0] * clients
-    served_at: list[float] = [0.0] * clients
+@dataclass
+class Crowd:
+    """What a crowd of clients obeying Retry-After went through, client by client in order of arrival."""
+
+    attempts: list[int]
+    served_at: list[float]
+    """Seconds from the crowd's start until each was served."""
+    longest_told: list[int]
+    """The longest Retry-After each was told."""
+
+    @property
+    def last_served(self) -> float:
+        return max(self.served_at)
+
+    @property
+    def longest(self) -> int:
+        return max(self.longest_told)
+
+
+def obeying_crowd(target: Target, clients: int) -> Crowd:
+    """`clients` at once, each retrying a short /tts after the Retry-After it gets until it is served."""
+    crowd = Crowd([0] * clients, [0.0] * clients, [0] * clients)
     began = time.perf_counter()
 
     def client(index: int) -> None:
         with httpx.Client(base_url=target.url, timeout=300, headers=target.auth) as http:
             time.sleep(index * 0.005)  # arrival order: index
             while True:
-                attempts[index] += 1
+                crowd.attempts[index] += 1
                 answer = http.post("/tts", json={"text": f"Number {index}.", "language": "en"})
                 if answer.status_code != 429:
                     expect(answer.status_code == 200, f"client {index}: {short(answer)}")
-                    served_at[index] = time.perf_counter() - began
+                    crowd.served_at[index] = time.perf_counter() - began
                     return
-                time.sleep(float(answer.headers["retry-after"]))
+                told = int(answer.headers["retry-after"])
+                crowd.longest_told[index] = max(crowd.longest_told[index], told)
+                time.sleep(told)
 
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(client, range(clients)))
-    order = sorted(range(clients), key=lambda index: served_at[index])
+    return crowd
+
+
+def obeying_retry_after(target: Target, fresh: list[float], clients: int = 200) -> Answer:
+    """`clients` at once obeying Retry-After: how many attempts they make, the most one needs, when the last is served
+    (kept in `fresh`: what a crowd waits on a node that remembers no refused client), and how far the order of
+    service strays from the order of arrival."""
+    crowd = obeying_crowd(target, clients)
+    fresh.append(crowd.last_served)
+    order = sorted(range(clients), key=lambda index: crowd.served_at[index])
     # How far, on average, a client's place in the order of service is from its place in the order of arrival.
     displacement = sum(abs(place - index) for place, index in enumerate(order)) / clients
     return Answer(
         f"200 x{clients}",
-        f"{sum(attempts)} attempts, at most {max(attempts)} by one client; the last served after "
-        f"{max(served_at):.0f} s; mean displacement from arrival order {displacement:.0f} places",
+        f"{sum(crowd.attempts)} attempts, at most {max(crowd.attempts)} by one client, told at most "
+        f"{crowd.longest} s; the last served after {crowd.last_served:.0f} s; mean displacement from arrival "
+        f"order {displacement:.0f} places",
+    )
+
+
+def obeying_after_no_shows(target: Target, fresh: list[float], clients: int = 200) -> Answer:
+    """`clients` one-shot requests at once, never retried when refused, then `clients` clients obeying Retry-After:
+    the places in line of the first must lapse, so that the last of the second is served about when the last of a
+    crowd on a fresh node was (`fresh`), within one window of POLYTTS_MAX_RETRY_AFTER_S and POLYTTS_RETRY_GRACE_S."""
+    with target.client() as http:
+        policy = http.get("/admin/scheduler").json()["policy"]
+    window = policy["max_retry_after_s"] + policy["retry_grace_s"]
+
+    def one_shot(index: int) -> int:
+        with httpx.Client(base_url=target.url, timeout=300, headers=target.auth) as one:
+            return one.post("/tts", json={"text": f"Gone {index}.", "language": "en"}).status_code
+
+    with ThreadPoolExecutor(clients) as pool:
+        statuses = list(pool.map(one_shot, range(clients)))
+    refused = statuses.count(429)
+    expect(refused + statuses.count(200) == clients, f"one-shot clients answered {sorted(set(statuses))}")
+    crowd = obeying_crowd(target, clients)
+    versus = f"against {fresh[0]:.0f} s on a fresh node" if fresh else "(no fresh crowd measured)"
+    if fresh:
+        allowed = fresh[0] * 1.25 + window
+        expect(
+            crowd.last_served <= allowed,
+            f"the last obeying client was served after {crowd.last_served:.0f} s {versus} (allowed {allowed:.0f} s)",
+        )
+    return Answer(
+        f"429 x{refused} then 200 x{clients}",
+        f"{refused} one-shot clients refused and gone; then {sum(crowd.attempts)} attempts, at most "
+        f"{max(crowd.attempts)} by one client, told at most {crowd.longest} s; the last served after "
+        f"{crowd.last_served:.0f} s {versus} (bound + grace {window:.0f} s)",
     )
 
 
@@ -165,4 +227,8 @@ def probes(target: Target, own: bool) -> None:
     target.probe("live request failing after its audio started", lambda: live_failure_after_audio(target), skip)
     target.probe("malformed message on ElevenLabs stream-input", lambda: malformed_on_stream_input(target))
     keyless = None if not target.api_key else "needs a keyless server"
-    target.probe("200 clients obeying Retry-After", lambda: obeying_retry_after(target), keyless)
+    fresh: list[float] = []
+    target.probe("200 clients obeying Retry-After", lambda: obeying_retry_after(target, fresh), keyless)
+    target.probe(
+        "200 clients obeying Retry-After after 200 no-shows", lambda: obeying_after_no_shows(target, fresh), keyless
+    )

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pytest
 
 from errors import Busy
-from gpu.admission import MAX_RETRY_AFTER_S, PROMISE_MARGIN
+from gpu.admission import PROMISE_MARGIN
 from gpu.fairness import FairQueue
 from gpu.jobs import Job
 from gpu.playback import EngineSpeed
 from gpu.queue_stats import OTHER_KEYS
+from gpu.retry_line import MAX_PLACES
 from gpu.scheduling_settings import SchedulingSettings
 from lifecycle.chunk_sources import PlannedChunks
 from tests.support.clock import Clock
@@ -482,6 +484,8 @@ def test_the_policy_shows_every_scheduling_setting_under_the_names_admin_schedul
         "max_idle_live_per_client": 8,
         "max_tracked_keys": 256,
         "max_key_labels": 32,
+        "max_retry_after_s": 30.0,
+        "retry_grace_s": 5.0,
     }
 
 
@@ -630,10 +634,10 @@ def advance_serving(queue: FairQueue, clock: Clock, until: float) -> None:
         serve(queue, clock)
 
 
-def two_streams_at_capacity(loop: asyncio.AbstractEventLoop) -> tuple[FairQueue, Clock, list[Job]]:
+def two_streams_at_capacity(loop: asyncio.AbstractEventLoop, **settings: object) -> tuple[FairQueue, Clock, list[Job]]:
     """Two long streams admitted ten seconds apart and served for twenty: a third long one would not fit."""
     clock = Clock()
-    queue = measured(FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8), clock))
+    queue = measured(FairQueue(roomy(stream_admission=True, stream_gpu_share=0.8, **settings), clock))
     admitted = [queue.add(stream_job(loop, "a", units=[60] + [120] * 30))]
     advance_serving(queue, clock, 10.0)
     admitted.append(queue.add(stream_job(loop, "b", units=[60] + [120] * 10)))
@@ -665,7 +669,7 @@ def test_admission_refuses_a_stream_that_would_make_admitted_ones_run_dry_with_a
 
 
 def test_streams_refused_together_are_promised_successive_retry_times(loop: asyncio.AbstractEventLoop) -> None:
-    queue, clock, _ = two_streams_at_capacity(loop)
+    queue, clock, _ = two_streams_at_capacity(loop, max_retry_after_s=1000.0)  # told their places' times in full
     retries = []
     for key in ("c", "d", "e"):
         with pytest.raises(Busy) as err:
@@ -925,31 +929,109 @@ def test_a_live_request_seen_waiting_for_text_is_marked_so_its_listener_starts_a
     assert queue.pick({"kokoro"}) is None and job.input_waited_at == 5.0
 
 
-def test_a_gap_left_among_promised_retries_is_offered_again(loop: asyncio.AbstractEventLoop) -> None:
+def test_a_place_whose_client_does_not_come_back_lapses_and_the_places_behind_move_up(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
     clock = Clock()
-    queue = measured(FairQueue(roomy(max_inflight=1), clock))
+    settings = roomy(max_inflight=1, retry_grace_s=5.0)
+    queue = measured(FairQueue(settings, clock))
     queue.add(fake_job(loop, "first", chars=50))  # 1 s of work at the measured speed
+
+    def refused(key: str) -> float | None:
+        with pytest.raises(Busy) as err:
+            queue.add(fake_job(loop, key, chars=50))
+        return err.value.retry_after
+
     retries = refused_retries(queue, loop, 4)
     step = PROMISE_MARGIN
     assert retries == pytest.approx([1.0 + index * step for index in range(4)])
-    # The first two promises pass (their clients came back and were refused again, say): they hold nothing now, so a
-    # refusal then is promised the first slot behind the two still ahead, not one behind every promise ever made.
-    clock.advance(1.0 + step + 0.1)
-    with pytest.raises(Busy) as err:
-        queue.add(fake_job(loop, "late", chars=50))
-    assert err.value.retry_after is not None
-    assert err.value.retry_after == pytest.approx(1.0 + 2 * step)  # "first" still has 1 s to go, then the two
+    # "client1" comes back when told: refused again (its place is still behind "client0"'s), it keeps its place.
+    clock.advance(retries[1])
+    assert refused("client1") == pytest.approx(1.0 + step)
+    # "client0" never came back: its place lapses once it is the grace late, and every place behind it moves up.
+    clock.advance(retries[0] + settings.retry_grace_s + 0.1 - clock())
+    assert refused("late") == pytest.approx(1.0 + 3 * step)  # behind "client1", "client2" and "client3"
+    assert refused("client1") == pytest.approx(1.0)  # back again: first in line now
 
 
-def test_until_the_speed_is_settled_no_client_is_told_to_wait_longer_than_the_retry_horizon(
+def test_no_client_is_told_to_wait_longer_than_the_bound_and_a_crowd_beyond_it_comes_back_spread(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    queue = measured(FairQueue(roomy(max_inflight=1), Clock()), steps=1)  # one step measured: not settled
+    clock = Clock()
+    settings = roomy(max_inflight=1, max_retry_after_s=30.0)
+    queue = measured(FairQueue(settings, clock))
     queue.add(fake_job(loop, "first", chars=50))
-    retries = refused_retries(queue, loop, 40)
-    assert max(retries) == pytest.approx(MAX_RETRY_AFTER_S) and retries == sorted(retries)
-    measured(queue, steps=EngineSpeed.window)  # a whole window of steps: the estimate is trusted as far as it goes
-    assert refused_retries(queue, loop, 1)[0] > MAX_RETRY_AFTER_S
+    retries = refused_retries(queue, loop, 60)  # places 1.5 s apart: 90 s of them
+    assert retries[:20] == pytest.approx([1.0 + index * PROMISE_MARGIN for index in range(20)])
+    beyond = retries[20:]
+    assert all(15.0 <= retry < 30.0 for retry in beyond)
+    # 40 places over 60 s come back over 15 s: about 4 at any one instant, never all at once.
+    assert max(collections.Counter(round(retry, 6) for retry in beyond).values()) <= 4
+
+
+def test_a_flood_of_refused_clients_holds_a_bounded_number_of_places_and_every_one_lapses(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    settings = roomy(max_inflight=1)
+    queue = measured(FairQueue(settings, clock))
+    queue.add(fake_job(loop, "first", chars=50))
+    for index in range(MAX_PLACES + 50):
+        with pytest.raises(Busy) as err:
+            queue.add(fake_job(loop, f"random-{index}", chars=50))
+        assert err.value.retry_after is not None and err.value.retry_after <= settings.max_retry_after_s
+    assert len(queue.admission.line) == MAX_PLACES  # those beyond it were told a time but hold no place
+    clock.advance(settings.max_retry_after_s + settings.retry_grace_s + 1.0)
+    refused_retries(queue, loop, 1)
+    assert len(queue.admission.line) == 1  # every place of the flood lapsed: only the newcomer's is left
+
+
+def obeying_crowd(settings: SchedulingSettings, loop: asyncio.AbstractEventLoop, no_shows: int) -> float:
+    """After `no_shows` clients were refused at once and never came back, 200 clients from one address arriving
+    together, each retrying after the Retry-After it gets (whole seconds, as the header says), on a GPU thread that
+    runs each admitted request to its end (1 s each): when the last is served."""
+    clock = Clock()
+    queue = measured(FairQueue(settings, clock, shared_keys={"anonymous"}))
+
+    def request() -> Job:
+        job = fake_job(loop, "anonymous", chars=50)
+        job.client = "127.0.0.1"
+        return job
+
+    queue.add(request())  # the request under way that the first refusals wait for
+    for _ in range(no_shows):
+        with pytest.raises(Busy):
+            queue.add(request())
+    arrivals = [(0.5 + index * 0.005, index) for index in range(200)]
+    heapq.heapify(arrivals)
+    running, ends_at, last_served = None, 0.0, 0.0
+    while arrivals or queue.jobs():
+        if running is None and (picked := queue.pick({"kokoro"})) is not None:
+            running, ends_at = picked, max(clock(), ends_at) + 50 * GPU_PER_CHAR
+        if running is not None and (not arrivals or ends_at <= arrivals[0][0]):
+            clock.now = max(clock(), ends_at)
+            queue.charge(running, 50 * GPU_PER_CHAR)
+            queue.remove(running)
+            last_served, running = clock(), None
+            continue
+        at, index = heapq.heappop(arrivals)
+        clock.now = max(clock(), at)
+        try:
+            queue.add(request())
+        except Busy as err:
+            heapq.heappush(arrivals, (clock() + float(err.headers()["Retry-After"]), index))
+    return last_served
+
+
+def test_clients_obeying_retry_after_are_not_kept_waiting_by_clients_that_never_came_back(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    settings = roomy(max_inflight=1, max_retry_after_s=30.0, retry_grace_s=5.0)
+    fresh = obeying_crowd(settings, loop, no_shows=0)
+    after = obeying_crowd(settings, loop, no_shows=200)
+    assert 200.0 <= fresh < 330.0  # 200 requests of 1 s, whose places in line are 1.5 s apart
+    # The 200 places of the clients that never came back lapse within one window of the bound and the grace.
+    assert after <= fresh + settings.max_retry_after_s + settings.retry_grace_s, (fresh, after)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -189,6 +189,7 @@ FAIR_QUEUE_INSIDES = (
     "gpu.fairness",
     "gpu.queue_state",
     "gpu.admission",
+    "gpu.retry_line",
     "gpu.ordering",
     "gpu.slow_readers",
     "gpu.queue_stats",
