@@ -54,7 +54,7 @@ _OK = {"status_code": 200}
 
 @dataclasses.dataclass
 class _Flushes:
-    """How far a context has got: the last character of its text, chunks spoken, and flushes answered."""
+    """How far a context has got: the last character of its text, steps spoken, and flushes answered."""
 
     tail: str = ""
     spoken: int = 0
@@ -196,8 +196,8 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
 
     async def _answer_flushes(self, context: SocketContext[SocketMessage], text: LiveText, progress: _Flushes) -> None:
         """Answer each flush whose phrases are all spoken now."""
-        marks = text.flush_marks
-        while progress.answered < len(marks) and marks[progress.answered] <= progress.spoken:
+        marks, spoken = text.flush_marks, text.phrases_in(progress.spoken)
+        while progress.answered < len(marks) and marks[progress.answered] <= spoken:
             await self._answer_flush(context, progress)
 
     async def _answer_flush(self, context: SocketContext[SocketMessage], progress: _Flushes) -> None:
