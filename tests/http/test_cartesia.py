@@ -397,3 +397,23 @@ def test_contexts_with_an_empty_transcript_hold_live_places_across_sockets(
     assert sum("outcome=cancelled" in line for line in lines) == 8  # a0 cancelled, the rest with their sockets
     assert sum("outcome=live_sessions_full" in line for line in lines) == 2
     assert sum("outcome=ok " in line and " chars=0 " in line for line in lines) == 1
+
+
+def test_word_by_word_flushes_keep_their_timestamps_and_flush_dones(client: TestClient) -> None:
+    """A producer flushing after every word: the words queued while a step runs are spoken in one step (text.live_text
+    `take`), yet every word has its timestamps, in order, and every flush its `flush_done`, after its audio."""
+    words = "Every word here is flushed on its own".split()
+    with client.websocket_connect(socket_url()) as ws:
+        for word in words:
+            ws.send_json(message("w", word + " ", flush=True, add_timestamps=True, **{"continue": True}))
+        ws.send_json(message("w", "", **{"continue": False}))
+        events = until_done(ws)
+    stamps = [e["word_timestamps"] for e in events if e["type"] == "timestamps"]
+    assert [word for stamp in stamps for word in stamp["words"]] == words
+    starts = [start for stamp in stamps for start in stamp["start"]]
+    assert starts == sorted(starts) and len(audio_of(events, "w")) / 2 / 16000 >= starts[-1]
+    answered = [e["flush_id"] for e in events if e["type"] == "flush_done"]
+    assert answered == list(range(1, len(words) + 1))
+    last_chunk = max(i for i, e in enumerate(events) if e["type"] == "chunk")
+    first_done = min(i for i, e in enumerate(events) if e["type"] == "flush_done")
+    assert first_done > min(i for i, e in enumerate(events) if e["type"] == "chunk") and last_chunk < len(events) - 1
