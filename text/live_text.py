@@ -5,7 +5,9 @@ by the same rules as every other request's text (`PhraseSegmenter`: no break ins
 for the GPU thread to take it. While none of the request's phrases waits to be spoken, a clause is released as soon
 as it is complete; while some wait, clauses are packed as on the other routes. Each phrase is rewritten as the engine
 says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a phrase longer as spoken than the
-cap it was cut for is cut again, so that one step stays one step's worth of audio.
+cap it was cut for is cut again, so that one step stays one step's worth of audio. Phrases that queue up before the
+GPU thread takes the next one (a producer flushing word by word while the engine is busy) are taken as one step, up
+to the cap, never across a break or a change of voice, rate or language (`take`).
 Live text may be SSML (text/live_ssml.py), read tag by tag as it arrives, so that a tag split across messages is
 whole before it is read and the segmenter never cuts inside one: a `<break>` ends the phrase before it with exactly
 that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>` or `<lang>`
