@@ -374,7 +374,7 @@ def test_contexts_with_an_empty_transcript_hold_live_places_across_sockets(
 ) -> None:
     """A context opened with nothing to say yet is a live request waiting for text, as a native one is: the node's
     bound per client address (8 here) counts them across every socket, the next is Cartesia's `error` event, a
-    cancelled one frees its place and leaves its outcome line, and one that ends with nothing said is `done`."""
+    cancelled one frees its place, one that ends with nothing said is `done`, and each leaves its outcome line."""
     ended = outcomes(app, "cartesia/tts/websocket")
     with client.websocket_connect(socket_url()) as first, client.websocket_connect(socket_url()) as second:
         for index in range(5):
@@ -392,11 +392,15 @@ def test_contexts_with_an_empty_transcript_hold_live_places_across_sockets(
         wait_until(lambda: awaiting_text(client) == 7, 30, "the cancelled context's place to be free")
         second.send_json(message("ends-too", "", **{"continue": False}))
         assert second.receive_json() == {"type": "done", "context_id": "ends-too", "done": True, "status_code": 200}
-    wait_until(lambda: awaiting_text(client) == 0, 30, "every context to end with its sockets")
+        for ws, names in ((first, ["a1", "a2", "a3", "a4"]), (second, ["b0", "b1", "b2"])):
+            for name in names:  # ended with nothing said: each is `done`
+                ws.send_json(message(name, "", **{"continue": False}))
+            assert sorted(event["context_id"] for event in until_done(ws, len(names))) == names
+    wait_until(lambda: awaiting_text(client) == 0, 30, "every context to end")
     lines = [line for line in app.log().splitlines() if "cartesia/tts/websocket outcome=" in line][ended:]
-    assert sum("outcome=cancelled" in line for line in lines) == 8  # a0 cancelled, the rest with their sockets
+    assert sum("outcome=cancelled" in line for line in lines) == 1  # a0
     assert sum("outcome=live_sessions_full" in line for line in lines) == 2
-    assert sum("outcome=ok " in line and " chars=0 " in line for line in lines) == 1
+    assert sum("outcome=ok " in line and " chars=0 " in line for line in lines) == 8
 
 
 def test_word_by_word_flushes_keep_their_timestamps_and_flush_dones(client: TestClient) -> None:
