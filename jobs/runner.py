@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -24,7 +25,7 @@ from errors import Conflict, InvalidInput, NotFound, ServiceError, Unavailable
 from jobs import bounds, webhook
 from jobs.assembly import encode
 from jobs.pieces import JobSpec, PieceRequest, cut
-from jobs.store import ENDED, JobRecord, JobStore, Piece, Webhook, write_atomically
+from jobs.store import ENDED, JobRecord, JobStore, Piece, Webhook, WebhookState, write_atomically
 from lifecycle.request_context import RequestContext
 from lifecycle.synthesis import SynthesisService
 from settings import Settings
@@ -200,7 +201,15 @@ class JobRunner:
             "error": record.error,
             "created_at": record.created_at,
             "ended_at": record.ended_at,
+            "webhook": self._webhook_status(record),
         }
+
+    def _webhook_status(self, record: JobRecord) -> dict[str, Any] | None:
+        """Where the job's webhook call stands (None without a webhook); pending with no attempt until it ends."""
+        if not record.webhook_url:
+            return None
+        state = self.store.webhook_state(record.id) or WebhookState("pending", 0, None, None, None, None)
+        return dataclasses.asdict(state)
 
     def page(self, key: str, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         records, total = self.store.of_key(key, offset, limit)
@@ -408,18 +417,18 @@ class JobRunner:
             self._webhooks.pop(hook.job_id, None)
             self._webhooks_changed.set()
 
-    def _record_call(self, hook: Webhook, problem: str | None) -> None:
+    def _record_call(self, hook: Webhook, answer: webhook.Answer) -> None:
         attempts, most = hook.attempts + 1, self.settings.job_webhook_attempts
-        if problem is None:
-            self.store.webhook_over(hook.job_id)
+        if answer.problem is None:
+            self.store.webhook_over(hook.job_id, "delivered", attempts, answer.status, None)
             log.info("job %s webhook delivered (attempt %d/%d)", hook.job_id, attempts, most)
             return
         if attempts >= most:
-            self.store.webhook_over(hook.job_id)
+            self.store.webhook_over(hook.job_id, "failed", attempts, answer.status, answer.problem)
         else:
             wait = webhook.backoff_s(attempts, self.settings.job_webhook_first_wait_s)
-            self.store.webhook_failed(hook.job_id, attempts, time.time() + wait)
-        log.warning("job %s webhook attempt %d/%d failed: %s", hook.job_id, attempts, most, problem)
+            self.store.webhook_failed(hook.job_id, attempts, time.time() + wait, answer.status, answer.problem)
+        log.warning("job %s webhook attempt %d/%d failed: %s", hook.job_id, attempts, most, answer.problem)
         if attempts >= most:
             log.warning("job %s webhook given up after %d attempts", hook.job_id, attempts)
 

@@ -68,9 +68,20 @@ CREATE TABLE IF NOT EXISTS webhooks (
     secret TEXT NOT NULL,
     body BLOB NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
-    due_at REAL NOT NULL
+    due_at REAL NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    last_status INTEGER,
+    last_error TEXT,
+    last_attempt_at REAL
 );
 """
+_WEBHOOK_STATE_COLUMNS = {
+    "state": "TEXT NOT NULL DEFAULT 'pending'",
+    "last_status": "INTEGER",
+    "last_error": "TEXT",
+    "last_attempt_at": "REAL",
+}
+"""Columns of the `webhooks` table added after its first release: a table made before them gets them at open."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,22 @@ class Webhook:
     """time.time() at which the next call is due."""
 
 
+@dataclass(frozen=True)
+class WebhookState:
+    """Where a job's webhook call stands, as `GET /jobs/{id}` shows it: `pending` (the job has not ended, or a call
+    is still to make), `delivered` (a call answered 2xx) or `failed` (every attempt failed: given up)."""
+
+    state: str
+    attempts: int
+    last_status: int | None
+    """The HTTP status of the last call (None before the first, or when the receiver never answered)."""
+    last_error: str | None
+    """What went wrong with the last call, when it failed."""
+    last_attempt_at: float | None
+    next_attempt_at: float | None
+    """When the next call is due (None once delivered or given up, or while the job has not ended)."""
+
+
 class JobStore:
     """The job table and the job folders under `root`. Used from the event loop's thread; file writes may run on a
     worker thread (`write_piece`, and the assembly's `write_file`)."""
@@ -150,6 +177,10 @@ class JobStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # a commit that returned survives a power cut
         self.db.executescript(_SCHEMA)
+        known = {row["name"] for row in self.db.execute("PRAGMA table_info(webhooks)")}
+        for column, kind in _WEBHOOK_STATE_COLUMNS.items():
+            if column not in known:
+                self.db.execute(f"ALTER TABLE webhooks ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self.db.close()
@@ -266,22 +297,53 @@ class JobStore:
 
     def webhooks(self) -> list[Webhook]:
         """The webhook calls still to make, soonest due first."""
-        rows = self.db.execute("SELECT * FROM webhooks ORDER BY due_at, job_id")
+        rows = self.db.execute(
+            "SELECT job_id, url, secret, body, attempts, due_at FROM webhooks WHERE state = 'pending' "
+            "ORDER BY due_at, job_id"
+        )
         return [Webhook(**dict(row)) for row in rows]
 
-    def webhook_failed(self, job_id: str, attempts: int, due_at: float) -> None:
+    def webhook_failed(self, job_id: str, attempts: int, due_at: float, status: int | None, problem: str) -> None:
         """A call failed: `attempts` made so far, the next due at `due_at`."""
-        self.db.execute("UPDATE webhooks SET attempts = ?, due_at = ? WHERE job_id = ?", (attempts, due_at, job_id))
+        self.db.execute(
+            "UPDATE webhooks SET attempts = ?, due_at = ?, last_status = ?, last_error = ?, last_attempt_at = ? "
+            "WHERE job_id = ?",
+            (attempts, due_at, status, problem, time.time(), job_id),
+        )
 
-    def webhook_over(self, job_id: str) -> None:
-        """The call was delivered, or given up: no more of it."""
-        self.db.execute("DELETE FROM webhooks WHERE job_id = ?", (job_id,))
+    def webhook_over(self, job_id: str, state: str, attempts: int, status: int | None, problem: str | None) -> None:
+        """The call was `delivered`, or given up (`failed`): no more of it. Its outcome stays beside the job for its
+        status; a job already removed (a cancelled one's call is still made) keeps nothing."""
+        with self._transaction():
+            self.db.execute(
+                "UPDATE webhooks SET state = ?, attempts = ?, last_status = ?, last_error = ?, last_attempt_at = ? "
+                "WHERE job_id = ?",
+                (state, attempts, status, problem, time.time(), job_id),
+            )
+            self.db.execute(
+                "DELETE FROM webhooks WHERE job_id = ? AND NOT EXISTS (SELECT 1 FROM jobs WHERE id = ?)",
+                (job_id, job_id),
+            )
+
+    def webhook_state(self, job_id: str) -> WebhookState | None:
+        """Where the job's call stands; None when the job has no webhook or its call is not queued yet."""
+        row = self.db.execute(
+            "SELECT state, attempts, last_status, last_error, last_attempt_at, due_at FROM webhooks WHERE job_id = ?",
+            (job_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        values = dict(row)
+        due_at = values.pop("due_at")
+        return WebhookState(**values, next_attempt_at=due_at if values["state"] == "pending" else None)
 
     def delete(self, job_id: str) -> None:
-        """The job's row and pieces gone, then its folder (a folder left by a crash is removed at the next start)."""
+        """The job's row and pieces gone (and its webhook's outcome: a call still to make is made), then its folder
+        (a folder left by a crash is removed at the next start)."""
         with self._transaction():
             self.db.execute("DELETE FROM pieces WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            self.db.execute("DELETE FROM webhooks WHERE job_id = ? AND state != 'pending'", (job_id,))
         shutil.rmtree(self.folder(job_id), ignore_errors=True)
 
     @contextlib.contextmanager

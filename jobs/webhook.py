@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from dataclasses import dataclass
 
 import httpx
 
@@ -43,12 +44,21 @@ def backoff_s(attempts: int, first_wait_s: float) -> float:
     return float(first_wait_s * 2 ** (attempts - 1))
 
 
-async def attempt(url: str, secret: str, body: bytes) -> str | None:
-    """One signed POST of `body` to `url`: None when it answered 2xx, else what went wrong."""
+@dataclass(frozen=True)
+class Answer:
+    """How one call went: the receiver's HTTP status (None when it never answered) and, unless it answered 2xx, what
+    went wrong."""
+
+    status: int | None
+    problem: str | None
+
+
+async def attempt(url: str, secret: str, body: bytes) -> Answer:
+    """One signed POST of `body` to `url`."""
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(secret, body)}
     async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
         try:
             answer = await client.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
-            return type(exc).__name__
-    return None if answer.is_success else f"HTTP {answer.status_code}"
+            return Answer(None, type(exc).__name__)
+    return Answer(answer.status_code, None if answer.is_success else f"HTTP {answer.status_code}")

@@ -33,6 +33,7 @@ from text.live_text import LiveText
 from text.scripts import unreadable_scripts
 from text.spoken import Edit, Spoken, check_spoken_length
 from text.ssml import is_ssml, parse_ssml
+from text.symbols import holds_pictographs
 from voicebank.voice_entry import VoiceEntry, excerpt
 
 log = logging.getLogger("polytts.plan")
@@ -170,6 +171,8 @@ class Planner:
                 f"text holds nothing {language.name} reads: its letters are {scripts}, which {plan.engine.name} "
                 "skips rather than spell out letter by letter; choose a voice or `language` that reads them"
                 if scripts
+                else "text holds only emoji and pictographs, which are not spoken"
+                if holds_pictographs(written)
                 else f"text holds nothing {plan.engine.name} says in {language.name}",
                 code="unreadable_text",
             )

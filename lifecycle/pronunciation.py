@@ -1,5 +1,6 @@
 """How a request's text is pronounced before its engine reads it: inline phonemes (`[word](/phonemes/)`), then the
-lexicons that apply (the request's own, then its API key's, then the node's), the engine's own rewriting last.
+lexicons that apply (the request's own, then its API key's, then the node's), emoji and pictographs left out (never
+read by name), the engine's own rewriting last.
 
 Each step rewrites the text as spoken and keeps it traced to the text as written (text.spoken), so word timings name
 the words as written and the limits and chunk caps count what is said. An alias is text the engine then normalizes
@@ -20,6 +21,7 @@ from lexicons.store import LexiconStore
 from text.inline_phonemes import inline_phonemes
 from text.phoneme_spans import encode, holds_phonemes
 from text.spoken import Edit, Spoken
+from text.symbols import skip_pictographs
 
 
 class Pronouncer:
@@ -62,7 +64,7 @@ class Pronouncer:
     ) -> Spoken:
         """`text` (cleaned, whitespace collapsed) as `engine` says it, traced to the text as written: the text with
         its inline phoneme markup replaced by the words it marks, or, for a segment of SSML, `said`, its elements'
-        edits (text.ssml), instead of inline markup."""
+        edits (text.ssml), instead of inline markup; then its emoji and pictographs left out (text.symbols)."""
         written, edits = (text, list(said)) if said is not None else inline_phonemes(text)
         if lexicons:
             matcher = self.matchers.get(lexicons, options.language.code)
@@ -73,7 +75,7 @@ class Pronouncer:
                     for start, end, entry in matcher.matches(written)
                 ],
             )
-        pronounced = Spoken.of(written).edited(edits) if edits else Spoken.of(written)
+        pronounced = skip_pictographs(Spoken.of(written).edited(edits) if edits else Spoken.of(written))
         if not engine.takes_phonemes and holds_phonemes(pronounced.text):
             raise InvalidInput(
                 f"engine {engine.name!r} reads text, not phonemes: a lexicon's phoneme entry, inline phonemes or "

@@ -596,6 +596,10 @@ class PhraseSegmenter:
         """Text received and not yet emitted in a chunk."""
         return self._text[self._pos :]
 
+    def aim(self, first: bool) -> int:
+        """The length a chunk aims at: the first one's cap (below its hard cap, `longest`), or any later one's."""
+        return self._first_cap if first else self._cap
+
     def longest(self, first: bool) -> int:
         """The longest a chunk may be: the first one (its hard cap, see `_caps`), or any later one."""
         return self._first_hard if first else self._cap

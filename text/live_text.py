@@ -5,7 +5,9 @@ by the same rules as every other request's text (`PhraseSegmenter`: no break ins
 for the GPU thread to take it. While none of the request's phrases waits to be spoken, a clause is released as soon
 as it is complete; while some wait, clauses are packed as on the other routes. Each phrase is rewritten as the engine
 says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, and a phrase longer as spoken than the
-cap it was cut for is cut again, so that one step stays one step's worth of audio.
+cap it was cut for is cut again, so that one step stays one step's worth of audio. Phrases that queue up before the
+GPU thread takes the next one (a producer flushing word by word while the engine is busy) are taken as one step, up
+to the cap, never across a break or a change of voice, rate or language (`take`).
 Live text may be SSML (text/live_ssml.py), read tag by tag as it arrives, so that a tag split across messages is
 whole before it is read and the segmenter never cuts inside one: a `<break>` ends the phrase before it with exactly
 that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>`, `<lang>` or
@@ -74,6 +76,8 @@ class LiveText:
         """Phrases the GPU thread has taken, in order (for the request's log line)."""
         self.cut = 0
         """Phrases cut so far (taken or waiting)."""
+        self._phrases_taken: list[int] = []
+        """For each step taken, the phrases taken by its end (a step may speak several: `take`)."""
         self.flush_marks: list[int] = []
         """For each flush so far, the phrases cut by its end: once that many phrases are spoken, so is everything
         sent before it (Cartesia's `flush_done`)."""
@@ -226,10 +230,47 @@ class LiveText:
             return bool(self._chunks) or self._closed
 
     def take(self) -> tuple[Chunk, bool] | None:
-        """The next phrase and whether it is known to be the last; None once the text has ended."""
+        """The next step's phrase and whether it is known to be the last; None once the text has ended. Phrases that
+        have queued up meanwhile (a producer flushing word by word while the engine was busy) are one step, as long
+        as they fit a phrase's cap and nothing between them forbids it (`joinable`): each step costs the engine as
+        much again as its audio, so 100 one-word steps took twice their audio's length."""
         with self._lock:
             if not self._chunks:
                 return None
             chunk = self._chunks.popleft()
+            phrases = 1
+            cap = self._segmenter.aim(not self.taken)  # a first step no longer than it aims at: the first audio
+            while self._chunks and joinable(chunk, self._chunks[0], cap):
+                chunk = together(chunk, self._chunks.popleft())
+                phrases += 1
             self.taken.append(chunk)
+            self._phrases_taken.append((self._phrases_taken[-1] if self._phrases_taken else 0) + phrases)
             return chunk, self._closed and not self._chunks
+
+    def phrases_in(self, steps: int) -> int:
+        """How many phrases (as `cut` and `flush_marks` count them) the first `steps` steps taken have spoken."""
+        with self._lock:
+            return self._phrases_taken[steps - 1] if steps else 0
+
+
+def joinable(first: Chunk, then: Chunk, cap: int) -> bool:
+    """Whether `then` may be spoken in the same step as `first`: within `cap` characters, with no break between them
+    (`silence`, `lead`) and in the same voice, rate and language (SSML's `<voice>`, `<prosody>`, `<lang>`)."""
+    return (
+        len(first.text) + 1 + len(then.text) <= cap
+        and first.silence is None
+        and then.lead is None
+        and (first.voice, first.rate, first.language) == (then.voice, then.rate, then.language)
+    )
+
+
+def together(first: Chunk, then: Chunk) -> Chunk:
+    """One step speaking `first` then `then`: ended by `then`'s boundary and break, each one a clause of it
+    (`Chunk.parts`), its text as written the two's (word timings name the words of both)."""
+    written = None
+    if first.written is not None or then.written is not None:
+        written = f"{first.written or first.text} {then.written or then.text}"
+    parts = (first.parts or (first,)) + (then.parts or (then,))
+    return dataclasses.replace(
+        first, text=f"{first.text} {then.text}", pause=then.pause, written=written, parts=parts, silence=then.silence
+    )

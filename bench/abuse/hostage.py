@@ -1,6 +1,7 @@
 """Probes of clients that would hold a node hostage: live sessions that never speak, readers that never read, a live
-request failing after its audio started, a malformed message on an open ElevenLabs socket, and a crowd of refused
-clients obeying Retry-After, on a fresh node and after as many refused clients that never came back.
+request failing after its audio started, a malformed message on an open ElevenLabs socket, context sockets' contexts
+with nothing to say yet, and a crowd of refused clients obeying Retry-After, on a fresh node and after as many
+refused clients that never came back.
 
 `probes` needs a keyless node (every client shares the anonymous key) with a short live idle limit and reader idle
 limit, as `SERVER_ENV` sets them; the crowds obeying Retry-After run on any keyless node.
@@ -8,6 +9,7 @@ limit, as `SERVER_ENV` sets them; the crowds obeying Retry-After run on any keyl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -22,8 +24,10 @@ from bench.abuse.probing import LONG_TEXT, SENTENCE, Answer, Target, expect, req
 
 LIVE_IDLE_S = 10
 READER_IDLE_S = 5
+IDLE_LIVE_PER_CLIENT = 8
 SERVER_ENV = {
     "POLYTTS_LIVE_IDLE_TIMEOUT_S": str(LIVE_IDLE_S),
+    "POLYTTS_MAX_IDLE_LIVE_PER_CLIENT": str(IDLE_LIVE_PER_CLIENT),
     "POLYTTS_READER_IDLE_LIMIT_S": str(READER_IDLE_S),
     "POLYTTS_SEND_BUFFER_BYTES": "16384",
     "POLYTTS_MAX_BUFFERED_PIECES": "1",
@@ -220,12 +224,58 @@ def malformed_on_stream_input(target: Target, sockets: int = 5) -> Answer:
     )
 
 
+CARTESIA_FIRST = {
+    "model_id": "sonic-2",
+    "transcript": "",
+    "continue": True,
+    "voice": {"mode": "id", "id": "af_heart"},
+    "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000},
+}
+
+
+def empty_contexts(target: Target, sockets: int = 4, per_socket: int = 5) -> Answer:
+    """Contexts opened with nothing to say yet (Cartesia: an empty transcript; ElevenLabs multi-stream-input: the
+    initial `{"text": " "}`), `per_socket` on each of `sockets` sockets from one address: at most
+    IDLE_LIVE_PER_CLIENT of them may wait for text at once, the rest refused with each protocol's
+    `live_sessions_full` (landed, 200 of them were accepted from one address)."""
+    base = target.url.replace("http", "ws", 1)
+    fronts = {
+        "cartesia": (f"{base}/cartesia/tts/websocket", lambda i: {**CARTESIA_FIRST, "context_id": f"c{i}"}),
+        "elevenlabs": (
+            f"{base}/elevenlabs/v1/text-to-speech/af_heart/multi-stream-input?output_format=pcm_16000",
+            lambda i: {"text": " ", "context_id": f"c{i}"},
+        ),
+    }
+    seen = []
+    for front, (url, first) in fronts.items():
+        opened = [connect(url, open_timeout=30) for _ in range(sockets)]
+        refused = 0
+        try:
+            for ws in opened:
+                for index in range(per_socket):
+                    ws.send(json.dumps(first(index)))
+            for ws in opened:
+                with contextlib.suppress(TimeoutError):
+                    while True:  # each refusal is one error message (then ElevenLabs' isFinal); the rest wait
+                        event = json.loads(ws.recv(timeout=2.0))
+                        refused += "live_sessions_full" in (event.get("error_code"), event.get("error"))
+        finally:
+            for ws in opened:
+                ws.close()
+        accepted = sockets * per_socket - refused
+        seen.append(f"{front} {accepted} accepted, {refused} live_sessions_full")
+        expect(accepted <= IDLE_LIVE_PER_CLIENT, f"{seen[-1]}: over the {IDLE_LIVE_PER_CLIENT} per address")
+        expect(refused > 0, f"{seen[-1]}")
+    return Answer(f"<= {IDLE_LIVE_PER_CLIENT} each", "; ".join(seen))
+
+
 def probes(target: Target, own: bool) -> None:
     skip = None if own else f"needs a keyless server of its own with {SERVER_ENV}"
     target.probe("8 idle live sessions with keep-alives", lambda: idle_live_sessions(target), skip)
     target.probe("readers that never read (stream, WebSocket)", lambda: readers_that_never_read(target), skip)
     target.probe("live request failing after its audio started", lambda: live_failure_after_audio(target), skip)
     target.probe("malformed message on ElevenLabs stream-input", lambda: malformed_on_stream_input(target))
+    target.probe("20 empty contexts on 4 sockets, per front", lambda: empty_contexts(target), skip)
     keyless = None if not target.api_key else "needs a keyless server"
     fresh: list[float] = []
     target.probe("200 clients obeying Retry-After", lambda: obeying_retry_after(target, fresh), keyless)

@@ -1,14 +1,20 @@
 """Probes of text whose work is out of proportion to its length as written: money read out as words, a script the
-voice's language cannot read (once spelled out letter by letter), and a newcomer waiting behind steps that are long
-as spoken."""
+voice's language cannot read (once spelled out letter by letter), emoji (once read by name), a newcomer waiting
+behind steps that are long as spoken, and a live producer flushing word by word (once a step per word)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
 
-from bench.abuse.probing import Answer, Target, code_of, expect
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
+
+from bench.abuse.probing import Answer, ProbeFailed, Target, code_of, expect
+from bench.common import SIXTY_WORDS
 
 MONEY = "$999,999,999,999.99 "
 MONEY_TEXT = MONEY * 250
@@ -140,8 +146,72 @@ def newcomer(target: Target) -> Answer:
     return Answer("200", detail)
 
 
+EMOJI_TEXT = "😀🎉👋🏽✅❤️" * 60
+"""300 emoji (with a skin tone and a presentation selector): read by name, they were 33 s of audio."""
+
+
+def emoji_text(target: Target) -> Answer:
+    """300 emoji alone: nothing spoken, a 422 saying so; beside a few words, the words alone are spoken."""
+    answer = refused_text(target, EMOJI_TEXT, "text-work-emoji", 422, "unreadable_text", "emoji")
+    beside = stream(target, f"Well done {EMOJI_TEXT} see you.", "text-work-emoji", read_for=4 * READ_FOR_S)
+    expect(beside.status == 200 and beside.complete, f"beside words: {beside.status} {beside.code}")
+    expect(beside.audio_s < 3, f"beside words: {beside.audio_s:.1f} s of audio for 4 words")
+    return Answer(answer.status, f"{answer.detail}; beside 4 words: {beside.audio_s:.2f} s of audio")
+
+
+FLUSHED_WORDS = 100
+MAX_FLUSHED_OVER_WHOLE = 2.0
+"""Synthesis seconds per audio second of one-word flushes, at most this many times that of the same words sent whole
+(a ratio of two runs on the same machine, so its load cancels out). Landed, each word was a step: 93.7 s of synthesis
+for 48.9 s of audio."""
+
+
+def one_word_flushes(target: Target, words: int = FLUSHED_WORDS) -> Answer:
+    """A live request whose producer flushes after every word, `words` of them sent at once (the engine is busy with
+    the first while the rest arrive): the words queued before a step are one step, so the engine spends about as long
+    as on the same words sent whole, not a step's fixed cost per word. Synthesis time is each request's own fairness
+    key's (`polytts_key_gpu_seconds`), audio the `done` event's and the whole stream's."""
+    run = time.time_ns()
+    said = " ".join([SIXTY_WORDS] * (words // 60 + 1)).split()[:words]
+    whole = stream(target, " ".join(said), f"text-work-whole-{run}", read_for=10 * READ_FOR_S)
+    expect(whole.status == 200 and whole.complete, f"the words sent whole: {whole.status} {whole.code}")
+    whole_ratio = key_gpu_seconds(target, f"text-work-whole-{run}") / whole.audio_s
+    key = f"text-work-flushes-{run}"
+    url = target.url.replace("http", "ws", 1) + "/tts/live/ws?voice=af_heart"
+    with connect(url, open_timeout=30, additional_headers={"X-Fairness-Key": key, **target.auth}) as ws:
+        for word in said:
+            ws.send(json.dumps({"text": word + " ", "flush": True}))
+        ws.send(json.dumps({"end": True}))
+        done: dict[str, object] = {}
+        while not done:
+            event = ws.recv(timeout=600)
+            if isinstance(event, str) and json.loads(event)["type"] in ("done", "error"):
+                done = json.loads(event)
+    expect(done.get("type") == "done", f"the live request ended with {done}")
+    audio_s = float(str(done["audio_seconds"]))
+    gpu_s = key_gpu_seconds(target, key)
+    ratio = gpu_s / audio_s if audio_s else float("inf")
+    detail = (
+        f"{gpu_s:.1f} s of synthesis for {audio_s:.1f} s of audio ({ratio:.2f} per audio second; "
+        f"the words sent whole {whole_ratio:.2f})"
+    )
+    expect(ratio <= MAX_FLUSHED_OVER_WHOLE * whole_ratio, f"{detail}: over {MAX_FLUSHED_OVER_WHOLE} times")
+    return Answer("done", detail)
+
+
+def key_gpu_seconds(target: Target, key: str) -> float:
+    """The GPU seconds fairness key `key` has used (/metrics is public)."""
+    for family in text_string_to_metric_families(httpx.get(target.url + "/metrics", timeout=30).text):
+        for sample in family.samples:
+            if sample.name == "polytts_key_gpu_seconds_total" and sample.labels.get("key") == key:
+                return float(sample.value)
+    raise ProbeFailed(f"no GPU time of key {key} in /metrics")
+
+
 def probes(target: Target, own: bool) -> None:
     target.probe("money text x250 (5,000 characters)", lambda: money_text(target))
     target.probe("5,000 Hebrew characters, English voice", lambda: hebrew_text(target))
     target.probe("English and 200 Hebrew characters", lambda: mixed_text(target))
     target.probe("newcomer 1 s behind a money stream", lambda: newcomer(target))
+    target.probe("300 emoji, alone and beside words", lambda: emoji_text(target))
+    target.probe(f"{FLUSHED_WORDS} one-word flushes on a live request", lambda: one_word_flushes(target))

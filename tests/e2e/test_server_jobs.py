@@ -149,6 +149,9 @@ def test_a_webhook_that_failed_goes_on_after_a_restart(tmp_path: Path, assembled
         ).json()["job_id"]
         failed = f"job {job_id} webhook attempt 1/5 failed: HTTP 503"
         wait_until(lambda: failed in server.log(), JOB_S, "the webhook's first call to fail", detail=server.log)
+        retrying = httpx.get(f"{server.url}/jobs/{job_id}", headers=key, timeout=60).json()["webhook"]
+        assert (retrying["state"], retrying["attempts"], retrying["last_status"]) == ("pending", 1, 503)
+        assert retrying["last_error"] == "HTTP 503" and retrying["next_attempt_at"] > retrying["last_attempt_at"]
         assert server.proc is not None
         server.proc.kill()  # its next call was due in 5 s: only the table knows of it now
         server.proc.wait()
@@ -157,6 +160,13 @@ def test_a_webhook_that_failed_goes_on_after_a_restart(tmp_path: Path, assembled
         server = ServerProcess(tmp_path, **env).start()
         delivered = f"job {job_id} webhook delivered (attempt 2/5)"
         wait_until(lambda: delivered in server.log(), JOB_S, "the webhook's second call", detail=server.log)
+        hook = httpx.get(f"{server.url}/jobs/{job_id}", headers=key, timeout=60).json()["webhook"]
+        assert (hook["state"], hook["attempts"], hook["last_status"], hook["next_attempt_at"]) == (
+            "delivered",
+            2,
+            200,
+            None,
+        )
     finally:
         receiver.shutdown()
         server.stop()

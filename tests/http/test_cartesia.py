@@ -1,6 +1,6 @@
 """The Cartesia front in process: output formats (raw encodings, WAV, MP3) at their rates, SSE events with word
 timestamps, the key as `X-API-Key`, Cartesia's error shape, and the WebSocket's contexts: `continue`, `flush` answered
-by `flush_done`, `cancel`, `done`."""
+by `flush_done`, `cancel`, `done`, and the live-session places they hold."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from bench import asr
 from tests.support.apps import InProcessApp
+from tests.support.polling import wait_until
+from tests.support.servers import outcomes
 
 KEY = {"X-API-Key": "sk-ca", "Cartesia-Version": "2025-04-16"}
 BASE = "/cartesia/tts"
@@ -361,3 +363,61 @@ def test_cartesia_tags_break_spell_and_speed_are_read(client: TestClient) -> Non
     samples = np.frombuffer(audio_of(events, "c1"), dtype="<i2").astype(np.float32) / 32768
     quiet = asr.silences(samples, 16_000, 0.5)
     assert len(quiet) == 1 and abs((quiet[0][1] - quiet[0][0]) - 1.0) < 0.1, quiet
+
+
+def awaiting_text(client: TestClient) -> int:
+    return int(client.get("/health", headers=KEY).json()["inflight"]["awaiting_text"])
+
+
+def test_contexts_with_an_empty_transcript_hold_live_places_across_sockets(
+    client: TestClient, app: InProcessApp
+) -> None:
+    """A context opened with nothing to say yet is a live request waiting for text, as a native one is: the node's
+    bound per client address (8 here) counts them across every socket, the next is Cartesia's `error` event, a
+    cancelled one frees its place, one that ends with nothing said is `done`, and each leaves its outcome line."""
+    ended = outcomes(app, "cartesia/tts/websocket")
+    with client.websocket_connect(socket_url()) as first, client.websocket_connect(socket_url()) as second:
+        for index in range(5):
+            first.send_json(message(f"a{index}", "", **{"continue": True}))
+        for index in range(3):
+            second.send_json(message(f"b{index}", "", **{"continue": True}))
+        wait_until(lambda: awaiting_text(client) == 8, 30, "eight contexts waiting for text")
+        second.send_json(message("b3", "", **{"continue": True}))
+        refused = second.receive_json()
+        assert (refused["type"], refused["error_code"], refused["context_id"]) == ("error", "live_sessions_full", "b3")
+        assert refused["status_code"] == 429
+        second.send_json(message("ends", "", **{"continue": False}))  # ending with nothing said: refused as well
+        assert second.receive_json()["error_code"] == "live_sessions_full"
+        first.send_json({"context_id": "a0", "cancel": True})
+        wait_until(lambda: awaiting_text(client) == 7, 30, "the cancelled context's place to be free")
+        second.send_json(message("ends-too", "", **{"continue": False}))
+        assert second.receive_json() == {"type": "done", "context_id": "ends-too", "done": True, "status_code": 200}
+        for ws, names in ((first, ["a1", "a2", "a3", "a4"]), (second, ["b0", "b1", "b2"])):
+            for name in names:  # ended with nothing said: each is `done`
+                ws.send_json(message(name, "", **{"continue": False}))
+            assert sorted(event["context_id"] for event in until_done(ws, len(names))) == names
+    wait_until(lambda: awaiting_text(client) == 0, 30, "every context to end")
+    lines = [line for line in app.log().splitlines() if "cartesia/tts/websocket outcome=" in line][ended:]
+    assert sum("outcome=cancelled" in line for line in lines) == 1  # a0
+    assert sum("outcome=live_sessions_full" in line for line in lines) == 2
+    assert sum("outcome=ok " in line and " chars=0 " in line for line in lines) == 8
+
+
+def test_word_by_word_flushes_keep_their_timestamps_and_flush_dones(client: TestClient) -> None:
+    """A producer flushing after every word: the words queued while a step runs are spoken in one step (text.live_text
+    `take`), yet every word has its timestamps, in order, and every flush its `flush_done`, after its audio."""
+    words = "Every word here is flushed on its own".split()
+    with client.websocket_connect(socket_url()) as ws:
+        for word in words:
+            ws.send_json(message("w", word + " ", flush=True, add_timestamps=True, **{"continue": True}))
+        ws.send_json(message("w", "", **{"continue": False}))
+        events = until_done(ws)
+    stamps = [e["word_timestamps"] for e in events if e["type"] == "timestamps"]
+    assert [word for stamp in stamps for word in stamp["words"]] == words
+    starts = [start for stamp in stamps for start in stamp["start"]]
+    assert starts == sorted(starts) and len(audio_of(events, "w")) / 2 / 16000 >= starts[-1]
+    answered = [e["flush_id"] for e in events if e["type"] == "flush_done"]
+    assert answered == list(range(1, len(words) + 1))
+    last_chunk = max(i for i, e in enumerate(events) if e["type"] == "chunk")
+    first_done = min(i for i, e in enumerate(events) if e["type"] == "flush_done")
+    assert first_done > min(i for i, e in enumerate(events) if e["type"] == "chunk") and last_chunk < len(events) - 1

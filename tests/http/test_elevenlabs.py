@@ -19,6 +19,7 @@ from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
 from tests.support.apps import InProcessApp
+from tests.support.polling import wait_until
 from tests.support.servers import outcome_line, outcomes, spoken_chars
 from web.fronts.elevenlabs.protocol import GenerationConfig
 
@@ -429,3 +430,41 @@ def test_the_inactivity_timeout_counts_once_the_closed_contexts_have_finished(cl
         with pytest.raises(WebSocketDisconnect):
             ws.receive_json()
     assert audio_of(heard, "turn") and idle["error"] == "inactivity_timeout", idle
+
+
+def awaiting_text(client: TestClient) -> int:
+    return int(client.get("/health", headers=KEY).json()["inflight"]["awaiting_text"])
+
+
+def test_contexts_with_nothing_to_say_yet_hold_live_places_across_sockets(
+    client: TestClient, app: InProcessApp
+) -> None:
+    """Contexts opened by the initial `{"text": " "}` or a bare flush wait for text as live requests: the node's bound
+    per client address (8 here) counts them across every multi-stream-input socket, the next is ElevenLabs' error
+    message for that context, and one closed frees its place."""
+    url = f"{SAY}/multi-stream-input?output_format=pcm_16000"
+    ended = outcomes(app, "multi-stream-input")
+    with client.websocket_connect(url, headers=KEY) as first, client.websocket_connect(url, headers=KEY) as second:
+        for index in range(5):
+            first.send_json({"text": " ", "context_id": f"a{index}"})
+        for index in range(3):
+            second.send_json({"text": "", "flush": True, "context_id": f"b{index}"})
+        wait_until(lambda: awaiting_text(client) == 8, 30, "eight contexts waiting for text")
+        second.send_json({"text": " ", "context_id": "b3"})
+        refused = second.receive_json()
+        assert (refused["error"], refused["contextId"]) == ("live_sessions_full", "b3")
+        assert second.receive_json() == {"isFinal": True, "contextId": "b3"}
+        first.send_json({"context_id": "a0", "close_context": True})
+        assert first.receive_json() == {"isFinal": True, "contextId": "a0"}
+        wait_until(lambda: awaiting_text(client) == 7, 30, "the closed context's place to be free")
+        second.send_json({"text": " ", "context_id": "b4"})
+        wait_until(lambda: awaiting_text(client) == 8, 30, "the new context to hold the place")
+        for ws in (first, second):
+            ws.send_json({"close_socket": True})  # every context ends, with nothing said
+            assert {final["contextId"] for final in until_final(ws, 4)} == (
+                {"a1", "a2", "a3", "a4"} if ws is first else {"b0", "b1", "b2", "b4"}
+            )
+    wait_until(lambda: awaiting_text(client) == 0, 30, "every context to end with its sockets")
+    lines = [line for line in app.log().splitlines() if "multi-stream-input outcome=" in line][ended:]
+    assert sum("outcome=live_sessions_full" in line for line in lines) == 1
+    assert sum("outcome=ok " in line and " chars=0 " in line for line in lines) == 9  # each context its own line

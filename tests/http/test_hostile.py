@@ -19,7 +19,7 @@ from engines.base import SynthesisOptions
 from tests.support.apps import InProcessApp
 from tests.support.clips import decode_wav, wav_clip
 from tests.support.polling import wait_until
-from tests.support.servers import no_tracebacks, outcome_line, outcomes
+from tests.support.servers import no_tracebacks, outcome_line, outcomes, spoken_chars
 from tests.support.voices import npy, pack_values
 
 SENTENCE = "Damaged files never stop the server."
@@ -232,6 +232,33 @@ def test_a_script_an_english_voice_cannot_read_is_refused_when_nothing_else_is_l
     reply = client.post("/tts/stream", json={"text": text, "voice": "af_heart"})
     assert reply.status_code == 422 and reply.json()["code"] == "unreadable_text", reply.text
     assert script in reply.json()["message"]
+
+
+EMOJI = "😀🎉👋🏽✅❤️" * 60  # 300 emoji, as clients send them (with a skin tone and a presentation selector)
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/tts", {"text": EMOJI, "voice": "af_heart"}),
+        ("/tts/stream", {"text": EMOJI, "voice": "af_heart"}),
+        ("/v1/audio/speech", {"model": "tts-1", "input": EMOJI, "voice": "alloy"}),
+    ],
+)
+def test_emoji_alone_are_nothing_to_speak_on_every_route(client: TestClient, route: str, body: dict[str, str]) -> None:
+    reply = client.post(route, json=body)
+    error = reply.json()["error"] if route.startswith("/v1/") else reply.json()  # OpenAI's own error shape
+    assert reply.status_code == 422 and error["code"] == "unreadable_text", reply.text
+    assert "emoji" in error["message"]
+
+
+def test_emoji_beside_words_are_left_out_not_read_by_name(client: TestClient, app: InProcessApp) -> None:
+    before = outcomes(app, "tts")
+    mixed = client.post("/tts", json={"text": "Well done " + EMOJI + " see you.", "voice": "af_heart"})
+    assert mixed.status_code == 200, mixed.text
+    assert spoken_chars(outcome_line(app, "tts", before)) == len("Well done see you.")  # counted as spoken
+    alone = client.post("/tts", json={"text": "Well done see you.", "voice": "af_heart"})
+    assert alone.headers["x-cache"] == "hit" and alone.content == mixed.content  # the same audio
 
 
 @pytest.mark.slow

@@ -190,9 +190,25 @@ def test_the_webhook_is_signed_and_retried(app: InProcessApp) -> None:
         answer = app.client.post("/jobs", json={"text": "Call me when done.", "webhook_url": url}, headers=key)
         assert answer.status_code == 202, answer.text
         job_id = answer.json()["job_id"]
-        wait_until(lambda: len(_Receiver.calls) >= 2, DONE_S, "the webhook's second call")
+        assert answer.json()["webhook"] == {
+            "state": "pending",
+            "attempts": 0,
+            "last_status": None,
+            "last_error": None,
+            "last_attempt_at": None,
+            "next_attempt_at": None,
+        }
+
+        def delivered() -> dict[str, Any] | None:
+            hook: dict[str, Any] = app.client.get(f"/jobs/{job_id}", headers=key).json()["webhook"]
+            return hook if hook["state"] == "delivered" else None
+
+        hook = wait_until(delivered, DONE_S, "the webhook's second call to be delivered")
     finally:
         server.shutdown()
+    assert (hook["attempts"], hook["last_status"], hook["last_error"], hook["next_attempt_at"]) == (2, 200, None, None)
+    assert hook["last_attempt_at"] is not None
+    assert app.client.get("/jobs", headers=key).json()["jobs"][0]["webhook"] == hook
     (first, first_signature), (body, signature) = _Receiver.calls[:2]
     assert first == body and first_signature == signature  # the same call again
     expected = hmac.new(webhook_secret("hooked").encode(), body, hashlib.sha256).hexdigest()

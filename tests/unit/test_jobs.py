@@ -1,9 +1,10 @@
 """The jobs layer without a server: how a text is cut into pieces, the job table's recovery after a crash, atomic
-writes, the bounds a job must fit, and Range parsing."""
+writes, where a webhook call stands, the bounds a job must fit, and Range parsing."""
 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from errors import Busy, InsufficientStorage, PayloadTooLarge, RangeNotSatisfiab
 from jobs import bounds
 from jobs.job_settings import JobSettings
 from jobs.pieces import PieceRequest, cut
-from jobs.store import JobRecord, JobStore, write_atomically
+from jobs.store import TABLE_FILE, JobRecord, JobStore, WebhookState, write_atomically
 from web.ranges import byte_range
 
 TEXT = (
@@ -92,6 +93,61 @@ def test_after_a_crash_a_piece_whose_file_is_in_place_counts_as_done(tmp_path: P
 def test_the_table_is_in_wal_mode(tmp_path: Path) -> None:
     store = JobStore(tmp_path)
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_webhook_call_keeps_its_state_from_pending_to_failed(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    job = record(webhook_url="http://127.0.0.1:9/hook", webhook_secret="s")
+    store.add(job, cut([("One", "First piece here.")], 80))
+    assert store.webhook_state(job.id) is None  # not queued while the job runs
+    store.set_state(job.id, "failed", "the engine broke")
+    queued = store.webhook_state(job.id)
+    assert queued is not None and (queued.state, queued.attempts, queued.last_status) == ("pending", 0, None)
+    store.webhook_failed(job.id, 1, 1e12, 503, "HTTP 503")
+    store.close()
+    store = JobStore(tmp_path)  # durable: a restart reads the same state
+    retried = store.webhook_state(job.id)
+    assert retried is not None and retried.last_attempt_at is not None
+    assert dataclasses.replace(retried, last_attempt_at=None) == WebhookState("pending", 1, 503, "HTTP 503", None, 1e12)
+    assert [hook.attempts for hook in store.webhooks()] == [1]
+    store.webhook_over(job.id, "failed", 2, None, "ConnectError")
+    given_up = store.webhook_state(job.id)
+    assert given_up is not None and given_up.last_attempt_at is not None
+    assert (given_up.state, given_up.attempts, given_up.last_status, given_up.last_error) == (
+        "failed",
+        2,
+        None,
+        "ConnectError",
+    )
+    assert given_up.next_attempt_at is None
+    assert store.webhooks() == []  # given up: never called again
+    store.delete(job.id)
+    assert store.db.execute("SELECT COUNT(*) FROM webhooks").fetchone()[0] == 0
+
+
+def test_a_removed_jobs_call_is_still_made_and_then_forgotten(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    job = record(webhook_url="http://127.0.0.1:9/hook")
+    store.add(job, cut([("One", "First piece here.")], 80))
+    store.set_state(job.id, "cancelled")
+    store.delete(job.id)
+    assert [hook.job_id for hook in store.webhooks()] == [job.id]
+    store.webhook_over(job.id, "delivered", 1, 200, None)
+    assert store.webhook_state(job.id) is None
+
+
+def test_a_table_made_before_the_webhook_state_gets_its_columns(tmp_path: Path) -> None:
+    old = sqlite3.connect(tmp_path / TABLE_FILE)
+    old.execute(
+        "CREATE TABLE webhooks (job_id TEXT PRIMARY KEY, url TEXT NOT NULL, secret TEXT NOT NULL, "
+        "body BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, due_at REAL NOT NULL)"
+    )
+    old.execute("INSERT INTO webhooks VALUES ('b', 'http://127.0.0.1:9/', '', x'7b7d', 2, 5.0)")
+    old.commit()
+    old.close()
+    store = JobStore(tmp_path)
+    assert store.webhook_state("b") == WebhookState("pending", 2, None, None, None, 5.0)
+    assert [hook.job_id for hook in store.webhooks()] == ["b"]
 
 
 def test_an_atomic_write_leaves_nothing_half_written(tmp_path: Path) -> None:

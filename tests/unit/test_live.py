@@ -7,7 +7,7 @@ import pytest
 from errors import InvalidInput, PayloadTooLarge
 from text.chunking import Chunk, PhraseSegmenter
 from text.languages import resolve_language
-from text.live_text import LiveText
+from text.live_text import LiveText, joinable
 from text.normalize import read_english
 from text.scripts import skip_unreadable
 from text.spoken import Spoken
@@ -117,3 +117,61 @@ def test_each_piece_is_cleaned_as_it_arrives() -> None:
     assert refused.value.code == "invalid_text" and text.chars == len("Zerowidth words. And")
     text.close()
     assert text.take() == (Chunk("And", "none"), True)  # the refused piece added nothing
+
+
+def test_phrases_queued_before_a_step_are_one_step_within_the_cap() -> None:
+    """A producer flushing word by word while the engine is busy: the words queued when the next step starts are
+    spoken in that step (each step costs as much again as its audio), never more than a phrase's cap, and the flush
+    marks still count phrases (Cartesia answers `flush_done` once the step that spoke its phrases is out)."""
+    text, _ = live_text()
+    words = [f"word{index}" for index in range(100)]
+    for word in words:
+        text.add(word)
+        text.flush()
+    text.close()
+    steps = taken(text)
+    assert len(steps) < 10 and " ".join(step.text for step in steps).split() == words
+    assert len(steps[0].text) <= 60 and all(len(step.text) <= 120 for step in steps)  # the first cap, then 120
+    assert [len(step.parts) for step in steps] == [len(step.text.split()) for step in steps]
+    assert text.flush_marks == list(range(1, 101)) and text.phrases_in(len(steps)) == 100
+    assert text.phrases_in(1) == len(steps[0].text.split()) and text.phrases_in(0) == 0
+
+
+def test_phrases_taken_as_they_come_stay_steps_of_their_own() -> None:
+    text, _ = live_text()
+    said = []
+    for word in ("One", "two", "three"):
+        text.add(word)
+        text.flush()
+        step = text.take()  # an idle engine takes each phrase as it comes
+        assert step is not None
+        said.append(step[0].text)
+    assert said == ["One", "two", "three"] and text.phrases_in(3) == 3
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        (Chunk("Hello", "none", silence=0.5), Chunk("there", "none")),  # a break after the first
+        (Chunk("Hello", "none"), Chunk("there", "none", lead=0.5)),  # a break before the next
+        (Chunk("Hello", "none"), Chunk("there", "none", rate=1.5)),  # another rate
+        (Chunk("Hello", "none"), Chunk("there", "none", language="fr")),  # another language
+        (Chunk("Hello", "none"), Chunk("there", "none", voice="am_adam")),  # another voice
+        (Chunk("Hello " * 10, "none"), Chunk("there " * 15, "none")),  # past the cap
+    ],
+)
+def test_phrases_are_never_joined_across_a_break_or_a_change(first: Chunk, then: Chunk) -> None:
+    assert not joinable(first, then, 120)
+    assert joinable(first, Chunk("there", "none"), 120) == (first.silence is None and len(first.text) < 110)
+
+
+def test_joined_phrases_keep_their_words_as_written_and_the_last_boundary() -> None:
+    text = spoken_live()
+    text.add("It costs $4.50")
+    text.flush()
+    text.add(" today. Thanks")
+    text.flush()
+    text.close()
+    (step,) = taken(text)
+    assert step.text == "It costs four dollars and fifty cents today. Thanks"
+    assert step.written == "It costs $4.50 today. Thanks" and step.pause == "none"

@@ -36,9 +36,9 @@ def chunks_of(pieces: list[str], ssml: bool | None = None) -> list[Chunk]:
 def test_ssml_split_anywhere_gives_the_chunks_it_gives_whole() -> None:
     whole = chunks_of([DOCUMENT])
     assert [(chunk.text, chunk.written, chunk.silence, chunk.rate) for chunk in whole] == [
-        ("Say World Wide Web,", "Say W3C,", None, None),  # a complete clause goes at once: nothing waits
-        ("then wait.", None, 0.7, None),
-        ("Slowly, now.", None, None, 0.8),
+        # The clauses queued before a step are one step, up to its break (`LiveText.take`).
+        ("Say World Wide Web, then wait.", "Say W3C, then wait.", 0.7, None),
+        ("Slowly, now.", None, None, 0.8),  # another rate: a step of its own
         ("Tom & Jerry.", None, None, None),
     ]
     for size in (1, 3, 7):  # every tag, entity and comment cut across messages somewhere
@@ -58,10 +58,7 @@ def test_a_break_before_any_text_or_after_a_phrase_already_taken_comes_before_th
 
 
 def test_plain_live_text_is_never_read_as_ssml() -> None:
-    assert [chunk.text for chunk in chunks_of(["<spe", "ech> is a word.", " 3 < 4."])] == [
-        "<speech> is a word.",
-        "3 < 4.",
-    ]
+    assert [chunk.text for chunk in chunks_of(["<spe", "ech> is a word.", " 3 < 4."])] == ["<speech> is a word. 3 < 4."]
 
 
 def test_vendor_tags_without_speak_are_read_when_asked() -> None:
@@ -72,11 +69,7 @@ def test_vendor_tags_without_speak_are_read_when_asked() -> None:
 def test_a_bare_less_than_sign_in_tag_reading_text_is_text() -> None:
     # Cartesia's socket reads its tags in every transcript: "3 < 4" and "<3" are words, not the start of a tag.
     chunks = chunks_of(["3 <", " 4, I <3 it.", '<break time="1s"/>Done.'], ssml=True)
-    assert [(chunk.text, chunk.silence) for chunk in chunks] == [
-        ("3 < 4,", None),
-        ("I <3 it.", 1.0),
-        ("Done.", None),
-    ]
+    assert [(chunk.text, chunk.silence) for chunk in chunks] == [("3 < 4, I <3 it.", 1.0), ("Done.", None)]
 
 
 def test_an_element_opening_a_placeholder_is_spoken_once() -> None:
@@ -108,8 +101,7 @@ def test_what_cannot_be_read_is_a_422_naming_it(pieces: list[str], code: str) ->
 def test_cartesia_tags_are_read_live_and_whole() -> None:
     chunks = chunks_of(['<speed ratio="1.5"/>Fast, <spe', "ll>AB</spell> now."], ssml=True)
     assert [(chunk.text, chunk.written, chunk.rate) for chunk in chunks] == [
-        ("Fast,", None, 1.5),
-        ("ay bee now.", "AB now.", 1.5),
+        ("Fast, ay bee now.", "Fast, AB now.", 1.5)
     ]
     assert with_cartesia_tags('A &<speed ratio="0.8"/> <spell>AB</spell><speed ratio="1.2"/>.') == (
         '<speak>A &amp;<prosody rate="80%"> <say-as interpret-as="characters">AB</say-as></prosody>'

@@ -1,5 +1,5 @@
-"""text/spoken.py and text/scripts.py: a text as it is spoken, traced to the text as written; chunk caps and the
-limit counting spoken characters; runs of a script the language does not read, skipped."""
+"""text/spoken.py, text/scripts.py and text/symbols.py: a text as it is spoken, traced to the text as written; chunk
+caps and the limit counting spoken characters; runs of a script the language does not read, and emoji, skipped."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import pytest
 
 from errors import PayloadTooLarge
 from text.chunking import collapse_whitespace
+from text.cleaning import clean_text
 from text.languages import resolve_language
 from text.normalize import read_english
 from text.scripts import script_of, skip_unreadable, unreadable_scripts
 from text.spoken import Spoken, check_spoken_length
+from text.symbols import holds_pictographs, skip_pictographs
 
 MONEY = "$999,999,999,999.99 "
 ENGLISH = resolve_language("en")
@@ -144,3 +146,28 @@ def test_skipping_is_cheap_on_long_text() -> None:
     spoken = skip_unreadable(Spoken.of(text), ENGLISH)
     assert spoken.text == "Hello."
     assert unreadable_scripts(text, ENGLISH) == ["Hebrew"]
+
+
+@pytest.mark.parametrize(
+    ("written", "spoken"),
+    [
+        ("Done ✅ see you 👋🏽 soon!", "Done see you soon!"),
+        ("I ❤️ it 😀😀😀.", "I it ."),
+        ("Press 1️⃣ now 🇫🇷", "Press 1 now"),
+        ("Family: 👨‍👩‍👧 ok", "Family: ok"),  # the joiners are gone already (text.cleaning); the rest here
+        ("Stars ★★★ and ⭐", "Stars and"),
+        ("Items ❶ and 🄰 stay", "Items ❶ and 🄰 stay"),  # dingbat digits and squared letters are read
+        ("A → B costs 5 € at 20 °C, © 2025 ™", "A → B costs 5 € at 20 °C, © 2025 ™"),  # symbols that say something
+    ],
+)
+def test_emoji_and_pictographs_are_left_out_of_the_text_as_spoken(written: str, spoken: str) -> None:
+    said = skip_pictographs(Spoken.of(clean_text(written)))
+    assert said.text == spoken
+    assert said.written_between(0, len(said.text)).split()[0] == written.split()[0]
+
+
+def test_three_hundred_emoji_count_as_nothing_spoken() -> None:
+    said = skip_pictographs(Spoken.of("😀" * 300))
+    assert said.text == "" and holds_pictographs("😀" * 300) and not holds_pictographs("A → B © ❶")
+    beside = skip_pictographs(Spoken.of("Hello " + "🎉" * 300 + " world."))
+    assert beside.text == "Hello world." and beside.written_between(6, 12) == "world."

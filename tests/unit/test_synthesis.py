@@ -222,6 +222,20 @@ async def test_a_script_the_language_cannot_read_is_skipped_not_spelled(service:
     assert chinese.text == "你好，世界。"
 
 
+async def test_emoji_are_left_out_of_whole_and_live_text_alike(service: Service) -> None:
+    planner = service.synthesis.planner
+    whole = await planner.plan(TTSRequest(text="Great news 🎉🎉! All done ✅.", voice_id="af_heart"))
+    assert whole.text == "Great news ! All done ."
+    plan = await planner.plan_voice(TTSRequest(text="", voice_id="af_heart"))
+    live = planner.live_text(plan, lambda: None)
+    live.add("Great news 🎉🎉! " + "😀" * 300 + ". All done ✅.")
+    live.close()
+    said = []
+    while (taken := live.take()) is not None:
+        said.append(taken[0].text)
+    assert " ".join(said) == "Great news ! All done ."  # the phrase of emoji alone is not spoken at all
+
+
 async def test_a_live_request_may_cut_its_phrases_shorter_than_the_engine(service: Service) -> None:
     """A client's own phrase caps (an ElevenLabs chunk schedule): an unpunctuated run is cut within the first cap's
     hard limit, where the engine's caps still wait for more of it."""

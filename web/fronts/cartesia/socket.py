@@ -7,9 +7,11 @@ once that audio is out, is answered by `flush_done` with its `flush_id` (the chu
 `cancel: true` stops the context's work at once, and nothing more of it is sent (a barge-in). Audio comes as `chunk`
 events (base64, in the context's `output_format`), word timings as `timestamps` events after their audio where
 `add_timestamps` asked for them. A socket with no context open that sends nothing for SOCKET_IDLE_S is closed, as
-Cartesia closes one after five minutes. A context that ends with nothing to say is answered `done` before the next
-message is read, so a client that never reads holds one answer at a time, and is dropped after
-POLYTTS_READER_IDLE_LIMIT_S (`JsonSocket`).
+Cartesia closes one after five minutes. Every context is a live request from its first message on, an empty
+transcript too (web/fronts/shared/contexts.py): it holds a live-session place of its client's address while it waits
+for text, and one past the bounds is an `error` event (`live_sessions_full`). A socket holds at most MAX_CONTEXTS
+contexts (each with its answer to send) and one error at a time, so a client that never reads holds bounded memory,
+and is dropped after POLYTTS_READER_IDLE_LIMIT_S (`JsonSocket`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ _OK = {"status_code": 200}
 
 @dataclasses.dataclass
 class _Flushes:
-    """How far a context has got: the last character of its text, chunks spoken, and flushes answered."""
+    """How far a context has got: the last character of its text, steps spoken, and flushes answered."""
 
     tail: str = ""
     spoken: int = 0
@@ -105,8 +107,6 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
                 return
             if context is None:
                 context = await self._open(message)
-                if context is None:
-                    return
         except ValidationError as exc:
             await self.send(event_error(invalid_fields(exc.errors(), "message: "), context_id))
             return
@@ -128,24 +128,15 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
         if not message.continue_:
             context.end()
 
-    async def _open(self, message: SocketMessage) -> SocketContext[SocketMessage] | None:
-        """Start a context from its first message, once its voice, format and model are known to be answered; an
-        ending message with nothing to say opens none (`done` at once, before the next message is read)."""
+    async def _open(self, message: SocketMessage) -> SocketContext[SocketMessage]:
+        """Start a context from its first message, once its voice, format and model are known to be answered. One
+        with nothing to say is a live request like any other (admitted within the live-session bounds, its own log
+        line), answered `done` once it is over."""
         if message.voice is None or message.output_format is None:
             raise InvalidInput("a context's first message names its voice and output_format", code="invalid_message")
         message.voice_id()
         message.output_format.output(("raw",))
         resolve_model(message.model_id, self.service.pool.engines)
-        if not message.transcript.strip() and not message.continue_:
-            assert message.context_id is not None
-            self.contexts.close_id(message.context_id)
-            if not await self.send({"type": "done", "context_id": message.context_id, "done": True, **_OK}):
-                log.info(
-                    "%s: context %r with nothing to say cancelled: its client left before its done",
-                    self.route,
-                    message.context_id[:40],
-                )
-            return None
         context = self.contexts.start(message.context_id, message, self._serve)
         self.flushes[context.id] = _Flushes()
         return context
@@ -203,8 +194,8 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
 
     async def _answer_flushes(self, context: SocketContext[SocketMessage], text: LiveText, progress: _Flushes) -> None:
         """Answer each flush whose phrases are all spoken now."""
-        marks = text.flush_marks
-        while progress.answered < len(marks) and marks[progress.answered] <= progress.spoken:
+        marks, spoken = text.flush_marks, text.phrases_in(progress.spoken)
+        while progress.answered < len(marks) and marks[progress.answered] <= spoken:
             await self._answer_flush(context, progress)
 
     async def _answer_flush(self, context: SocketContext[SocketMessage], progress: _Flushes) -> None:

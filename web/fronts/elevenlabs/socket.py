@@ -208,9 +208,10 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
         finally:
             if session is not None:
                 await session.close()
+            # Open until its `isFinal` is out: `close_socket` hears out the open contexts, this message too.
+            await self.send(self._tagged({"isFinal": True}, context))
             self.contexts.finished(context)
             self.unflushed.discard(context.id)
-            await self.send(self._tagged({"isFinal": True}, context))
 
     def request_for(self) -> RequestContext:
         """Each context its own request (its own timings and log line), with the socket's who and where."""

@@ -99,6 +99,21 @@ class ChapterStatus(BaseModel):
     audio_seconds: float
 
 
+class WebhookStatus(BaseModel):
+    """Where a job's webhook call stands."""
+
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="`pending` until a call answers 2xx (`delivered`) or every attempt has failed (`failed`)."
+    )
+    attempts: int = Field(description="Calls made so far.")
+    last_status: int | None = Field(description="The HTTP status of the last call (None if it got no answer).")
+    last_error: str | None = Field(description="What went wrong with the last call, when it failed.")
+    last_attempt_at: float | None
+    next_attempt_at: float | None = Field(
+        description="When the next call is due (None while the job runs and once delivered or failed)."
+    )
+
+
 class JobStatus(BaseModel):
     """`GET /jobs/{id}`: how far a job is."""
 
@@ -118,6 +133,7 @@ class JobStatus(BaseModel):
     error: str | None
     created_at: float
     ended_at: float | None
+    webhook: WebhookStatus | None = Field(description="The webhook call's state; None without `webhook_url`.")
 
 
 class JobPage(BaseModel):

@@ -5,7 +5,9 @@ that serves such a socket (`ContextSocket.run`), which each front fills in with 
 
 A context's messages go into its live request as they come (web/fronts/shared/live.py `open_session` reads them from
 `SocketContext.messages`); ending a context lets what it was sent be spoken to the end, cancelling it stops its work
-at once (a barge-in).
+at once (a barge-in). Its live request is admitted as the context opens, even with no text yet: a context waiting
+for text holds a live-session place of its client's address (POLYTTS_MAX_IDLE_LIVE_PER_CLIENT, POLYTTS_MAX_IDLE_LIVE)
+as a native live request does, and one past those bounds is refused with its protocol's error.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ class SocketContext(Generic[First]):
     def __init__(self, context_id: str | None, first: First) -> None:
         self.id = context_id
         self.first = first
+        # An empty first message opens its live request at once: admitted, and counted against the live-session
+        # bounds (per client address and in all, across every socket), whether or not its first message had text.
         self._inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._inbox.put_nowait({})
         self.unflushed = False
         """Speakable text has come since the last flush."""
         self.flushes = 0
