@@ -8,7 +8,8 @@ says it (`Engine.spoken_text`) when it is cut: the limits count it as spoken, an
 cap it was cut for is cut again, so that one step stays one step's worth of audio.
 Live text may be SSML (text/live_ssml.py), read tag by tag as it arrives, so that a tag split across messages is
 whole before it is read and the segmenter never cuts inside one: a `<break>` ends the phrase before it with exactly
-that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>` or `<lang>`
+that silence (or, when that phrase is already being spoken, comes before the next, or ends the audio as a silence
+of its own when no text follows), a `<prosody rate>` or `<lang>`
 ends one and speaks what follows at its rate or in its language.
 The messages that carry the text, and their timeouts, are the web layer's (web/fronts/shared/live.py).
 """
@@ -153,6 +154,11 @@ class LiveText:
         if self._ssml is not None:
             self._ssml.close()
         chunks = self._as_spoken(self._segmenter.flush())
+        if self._lead and self._started and not chunks:
+            # A break after the last phrase had been taken: no phrase is left to carry it, so it is a silence of its
+            # own, exact as a leading one is.
+            chunks = [Chunk("", "none", lead=self._lead)]
+        self._lead = 0.0
         self.cut += len(chunks)
         with self._lock:
             self._chunks.extend(chunks)
