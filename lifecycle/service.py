@@ -56,7 +56,7 @@ class Service:
     @property
     def lexicons(self) -> LexiconStore:
         """The lexicons stored on this node (the store the planner pronounces requests with)."""
-        return self.synthesis.planner.pronouncer.store
+        return self.synthesis.planner.lexicons.store
 
     def start(self, warm: bool) -> None:
         """Start the GPU thread, and (bind first, warm after) load the default engine on it if `warm`."""
