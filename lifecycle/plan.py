@@ -20,6 +20,7 @@ from engines.base import BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
 from errors import InvalidInput, NotFound, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
 from lexicons.catalog import LexiconCatalog
+from lexicons.dictionaries import DictionaryStore
 from lexicons.lexicon import Lexicon
 from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
@@ -78,6 +79,7 @@ class Planner:
         self.catalog = catalog
         self.lexicons = LexiconCatalog(
             lexicons if lexicons is not None else LexiconStore(settings.lexicons_dir),
+            DictionaryStore(settings.lexicons_dir / "dictionaries"),
             catalog.peers,
             settings.max_lexicon_entries,
         )
