@@ -50,9 +50,9 @@ function showError(error, mode) {
     line: where ? where.line : null,
     column: where ? where.column : null,
   };
-  const spot = where ? ` At line ${where.line}, column ${where.column}.` : "";
-  say($("pron-error"), `${describe(error)}${spot}`);
+  say($("pron-error"), describe(error));
   if (where && mode === "ssml") {
+    say($("pron-where"), `Line ${where.line}, column ${where.column} is selected in the snippet.`);
     const snippet = $("pron-ssml");
     const at = offsetOf(snippet.value, where.line, where.column);
     snippet.focus();
@@ -65,9 +65,11 @@ export async function tryPronunciation() {
   const mode = $("pron-mode").value;
   const audio = $("pron-audio");
   audio.pause();
+  audio.hidden = true;
   state.pronunciation = { mode, phase: "requesting", lexiconId: null, bytes: 0, error: null };
   say($("pron-status"), "Requesting…");
   say($("pron-error"), "");
+  say($("pron-where"), "");
   try {
     const body = await speechBody(mode);
     state.pronunciation.request = body;

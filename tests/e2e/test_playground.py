@@ -717,14 +717,14 @@ def test_an_ssml_snippet_is_heard_and_its_errors_point_at_the_spot(
     tried = try_pronunciation(tab)
     error = tried["error"]
     assert (error["status"], error["code"], error["line"]) == (422, "malformed_xml", 2), tried
-    shown = tab.inner_text("#pron-error")
-    assert shown.endswith(f"At line 2, column {error['column']}.") and "(malformed_xml)" in shown
+    assert tab.inner_text("#pron-error").endswith(f"at line 2, column {error['column']} (malformed_xml)")
+    assert tab.inner_text("#pron-where") == f"Line 2, column {error['column']} is selected in the snippet."
     at = len("<speak>Hello there.\n") + error["column"] - 1
     assert tab.evaluate("[document.activeElement.id, document.activeElement.selectionStart]") == ["pron-ssml", at]
 
     tab.fill("#pron-ssml", '<speak>Hi <audio src="x.wav"/> there.</speak>')
     tried = try_pronunciation(tab)
     assert tried["error"]["code"] == "invalid_ssml" and "<audio>" in tab.inner_text("#pron-error"), tried
-    assert tab.inner_text("#pron-status") == ""
+    assert tab.inner_text("#pron-status") == "" and tab.is_hidden("#pron-audio")  # no stale audio under the error
     screenshot(tab, "playground-pronunciation")
     assert console.unexpected("status of 422") == []
