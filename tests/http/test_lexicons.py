@@ -114,11 +114,10 @@ def test_a_bad_or_hostile_bundle_is_refused_and_nothing_is_written(
 ) -> None:
     folder = app.settings.lexicons_dir
     before = sorted(folder.iterdir()) if folder.is_dir() else []
-    started = time.perf_counter()
     response = app.client.post("/lexicons/bundle", content=body, params=params)
     assert (response.status_code, response.json()["code"]) == (status, code), response.text
-    assert time.perf_counter() - started < 2.0
     assert (sorted(folder.iterdir()) if folder.is_dir() else []) == before
+    assert app.client.get("/health").status_code == 200  # still serving
 
 
 BOMB = (
