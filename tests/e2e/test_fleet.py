@@ -345,7 +345,7 @@ def test_dictionaries_and_lexicon_bundles_follow_the_request_to_a_peer(tmp_path:
             "lexicon_id"
         ]
         bundle = on_a.get(f"/lexicons/{lexicon_id}/bundle").content
-        imported = on_b.post("/lexicons/bundle", content=bundle, params={"lexicon_id": lexicon_id})
+        imported = on_b.put(f"/lexicons/{lexicon_id}/bundle", content=bundle)
         assert imported.status_code == 201 and imported.json()["lexicon_id"] == lexicon_id
         assert (
             on_b.get(f"/lexicons/{lexicon_id}").json()["lexemes"]

@@ -1,6 +1,6 @@
 """Pronunciation lexicons as a resource: `POST /lexicons` (a W3C PLS document or JSON rules), `GET /lexicons`,
 `GET /lexicons/{id}` (with its entries), `GET /lexicons/{id}/pls` (download), `DELETE /lexicons/{id}`, and the
-fleet's bundles: `GET /lexicons/{id}/bundle`, `POST /lexicons/bundle` (import) and
+fleet's bundles: `GET /lexicons/{id}/bundle`, `PUT /lexicons/{id}/bundle` (import) and
 `GET /lexicons/dictionaries/{id}/bundle` (a vendor front's dictionary, for a peer)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from errors import InvalidInput
-from lexicons.lexicon import LEXICON_ID, Lexicon, from_bundle
+from lexicons.lexicon import LEXICON_ID, Lexicon, check_lexicon_id, from_bundle
 from lexicons.pls import read_pls, write_pls
 from lexicons.rules import read_rules
 from voicebank.uploads import read_body
@@ -79,14 +79,14 @@ async def create_lexicon(
     return JSONResponse(body.model_dump(), status_code=201 if created else 200)
 
 
-@router.post(
-    "/lexicons/bundle",
+@router.put(
+    "/lexicons/{lexicon_id}/bundle",
     response_model=LexiconCreated,
     status_code=201,
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "A lexicon bundle, exactly as GET /lexicons/{lexicon_id}/bundle answers it.",
+            "description": "The lexicon's bundle, exactly as GET /lexicons/{lexicon_id}/bundle answers it.",
             "content": {"application/json": {"schema": {"type": "object"}}},
         }
     },
@@ -95,16 +95,10 @@ async def create_lexicon(
         **api_docs.errors(413, 422),
     },
 )
-async def import_lexicon_bundle(
-    request: Request,
-    service: ServiceDep,
-    lexicon_id: Annotated[
-        str | None,
-        Query(pattern=f"^{LEXICON_ID.pattern}$", description="The id the bundle must hash to (a 422 otherwise)."),
-    ] = None,
-) -> JSONResponse:
-    """Store a lexicon from another node's bundle: checked as the peer fetch checks it (its id, its bounds, the
-    symbols of its phonemes), stored atomically, nothing written when it is refused."""
+async def import_lexicon_bundle(lexicon_id: LexiconId, request: Request, service: ServiceDep) -> JSONResponse:
+    """Store a lexicon from another node's bundle under its id: checked as the peer fetch checks it (the id it
+    hashes to, its bounds, the symbols of its phonemes), stored atomically, nothing written when it is refused."""
+    check_lexicon_id(lexicon_id)
     settings = service.settings
     data = await read_body(UploadBody(request), settings.max_lexicon_bytes)
     lexicon = await asyncio.to_thread(from_bundle, data, settings.max_lexicon_entries, lexicon_id)
