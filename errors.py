@@ -120,9 +120,13 @@ ERRORS: dict[str, ErrorCode] = {
     "seed_text_required": ErrorCode(422, "`seed_audio` without its transcript, `seed_text`."),
     "seed_text_without_audio": ErrorCode(422, "`seed_text` without `seed_audio`."),
     "invalid_voice_id": ErrorCode(422, "A voice id that is not 16 lowercase hex digits."),
-    "invalid_bundle": ErrorCode(422, "A voice bundle that is not one: not a zip, or a member missing or wrong."),
+    "invalid_bundle": ErrorCode(
+        422,
+        "A voice bundle that is not one (not a zip, a member missing or wrong), or a lexicon bundle that is not "
+        "a lexicon's canonical JSON.",
+    ),
     "bundle_id_mismatch": ErrorCode(
-        422, "A bundle whose content does not hash to the voice id it claims; nothing is written."
+        422, "A bundle whose content does not hash to the voice or lexicon id it claims; nothing is written."
     ),
     "pack_format": ErrorCode(
         422, "A voice pack of a file format this node cannot read (`.pt` needs torch on the node)."

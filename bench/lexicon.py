@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from bench.common import new_report, run_main, section, stats
 from engines import FAMILIES
 from engines.base import SynthesisOptions
 from lexicons.lexicon import Lexeme, Lexicon
-from lexicons.store import LexiconStore
 from lifecycle.pronunciation import Pronouncer
 from settings import load_settings
 from text.languages import resolve_language
@@ -65,21 +63,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine = spec.build(spec.own_settings(settings), settings.engine_context())
     assert engine is not None, "Kokoro is not built on this node"
     options = SynthesisOptions(language=resolve_language("en"), params={})
-    with tempfile.TemporaryDirectory() as folder:
-        pronouncer = Pronouncer(LexiconStore(Path(folder)))
-        sets = lexicons(args.lexicons, args.entries)
-        text = request_text(args.chars, args.entries)
-        started = time.perf_counter()
-        pronouncer.matchers.get(sets, options.language.code)
-        build_s = time.perf_counter() - started
-        with_ms: list[float] = []
-        without_ms: list[float] = []
-        matched = pronouncer.spoken(text, sets, engine, options)
-        for _ in range(args.runs):
-            for chosen, times in ((sets, with_ms), ([], without_ms)):
-                started = time.perf_counter()
-                pronouncer.spoken(text, chosen, engine, options)
-                times.append(1000 * (time.perf_counter() - started))
+    pronouncer = Pronouncer()
+    sets = lexicons(args.lexicons, args.entries)
+    text = request_text(args.chars, args.entries)
+    started = time.perf_counter()
+    pronouncer.matchers.get(sets, options.language.code)
+    build_s = time.perf_counter() - started
+    with_ms: list[float] = []
+    without_ms: list[float] = []
+    matched = pronouncer.spoken(text, sets, engine, options)
+    for _ in range(args.runs):
+        for chosen, times in ((sets, with_ms), ([], without_ms)):
+            started = time.perf_counter()
+            pronouncer.spoken(text, chosen, engine, options)
+            times.append(1000 * (time.perf_counter() - started))
     added = statistics.median(with_ms) - statistics.median(without_ms)
     return {
         "entries_per_lexicon": args.entries,

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from engines.artefacts import write_atomically
 from errors import NotFound
+from lexicons.lexicon import LEXICON_ID
 
-_ID = re.compile(r"^[0-9A-Za-z]{20}$")
+DICTIONARY_ID = re.compile(r"^[0-9A-Za-z]{20}$")
 
 
 @dataclass
@@ -35,6 +36,41 @@ class Dictionary:
     @property
     def latest(self) -> str:
         return self.versions[-1]
+
+    def version(self, version_id: str | None) -> str:
+        """The lexicon id a locator names: its version, which must be one of the dictionary's, or the latest."""
+        if version_id is None:
+            return self.latest
+        if version_id not in self.versions:
+            raise NotFound(
+                f"pronunciation dictionary {self.dictionary_id} has no version {version_id[:40]!r}",
+                code="dictionary_not_found",
+            )
+        return version_id
+
+    def bundle(self) -> bytes:
+        """As it is stored, and as a peer fetches it (`from_bundle`)."""
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bundle(cls, data: bytes, dictionary_id: str) -> Dictionary:
+        """A peer's record of `dictionary_id`, checked: that id, a name, and versions that are lexicon ids; a
+        ValueError otherwise."""
+        try:
+            body = json.loads(data)
+            dictionary = cls(**body)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise ValueError(f"not a dictionary: {exc}") from None
+        versions = dictionary.versions
+        if (
+            dictionary.dictionary_id != dictionary_id
+            or not isinstance(dictionary.name, str)
+            or not isinstance(versions, list)
+            or not versions
+            or not all(isinstance(version, str) and LEXICON_ID.match(version) for version in versions)
+        ):
+            raise ValueError("another dictionary, one without a name, or versions that are not lexicon ids")
+        return dictionary
 
 
 class DictionaryStore:
@@ -64,7 +100,7 @@ class DictionaryStore:
         return dictionary
 
     def get(self, dictionary_id: str) -> Dictionary:
-        dictionary = self._dictionaries.get(dictionary_id) if _ID.match(dictionary_id) else None
+        dictionary = self._dictionaries.get(dictionary_id) if DICTIONARY_ID.match(dictionary_id) else None
         if dictionary is None:
             raise NotFound(
                 f"no pronunciation dictionary {dictionary_id[:40]!r} on this node", code="dictionary_not_found"
@@ -74,17 +110,8 @@ class DictionaryStore:
     def list(self) -> list[Dictionary]:
         return sorted(self._dictionaries.values(), key=lambda dictionary: dictionary.created)
 
-    def version(self, dictionary_id: str, version_id: str | None) -> str:
-        """The lexicon id a locator names: its version, which must be one of the dictionary's, or the latest."""
-        dictionary = self.get(dictionary_id)
-        if version_id is None:
-            return dictionary.latest
-        if version_id not in dictionary.versions:
-            raise NotFound(
-                f"pronunciation dictionary {dictionary_id} has no version {version_id[:40]!r}",
-                code="dictionary_not_found",
-            )
-        return version_id
+    def __contains__(self, dictionary_id: str) -> bool:
+        return dictionary_id in self._dictionaries
 
     def remove(self, dictionary_id: str) -> None:
         self.get(dictionary_id)
@@ -93,7 +120,7 @@ class DictionaryStore:
             self._dictionaries.pop(dictionary_id, None)
 
     def _save(self, dictionary: Dictionary) -> None:
-        data = json.dumps(asdict(dictionary)).encode()
+        data = dictionary.bundle()
         with self._lock:
             write_atomically(self.root / f"{dictionary.dictionary_id}.json", lambda tmp: Path(tmp).write_bytes(data))
             self._dictionaries[dictionary.dictionary_id] = dictionary

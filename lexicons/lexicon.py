@@ -14,7 +14,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from errors import InvalidInput, PayloadTooLarge
 from text.phonemes import to_kokoro
@@ -123,20 +125,50 @@ def check_entries(count: int, max_entries: int) -> None:
         )
 
 
-def from_bundle(data: bytes, lexicon_id: str, max_entries: int) -> Lexicon:
-    """A peer's bundle of `lexicon_id` (its canonical content), checked as an upload is: it hashes to that id, holds at
-    most `max_entries` entries, each said by an alias or by phonemes Kokoro can say; ValueError otherwise."""
+class _BundleEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    graphemes: list[str]
+    alias: str | None = None
+    phoneme: str | None = None
+    alphabet: Literal["kokoro"] | None = None
+
+
+class _Bundle(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(max_length=200)
+    language: str | None = Field(max_length=35)
+    lexemes: list[_BundleEntry]
+
+
+def from_bundle(data: bytes, max_entries: int, lexicon_id: str | None = None) -> Lexicon:
+    """A lexicon's bundle (its canonical content, as `GET /lexicons/{id}/bundle` answers it) checked as an upload
+    is: at most `max_entries` entries (413 `lexicon_too_large`), each read again as an upload's (a 422
+    `invalid_lexicon` or `unsayable_phonemes` naming what is wrong); the bundle exactly its canonical bytes, so that
+    its id is the hash of what was sent (422 `invalid_bundle`); that id `lexicon_id` where one is expected (422
+    `bundle_id_mismatch`)."""
     try:
-        lexicon = Lexicon.from_canonical(data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"its bundle is not a lexicon: {exc}") from None
-    if lexicon.lexicon_id != lexicon_id:
-        raise ValueError("its bundle is another lexicon")
-    if len(lexicon.lexemes) > max_entries:
-        raise ValueError(f"it holds more than {max_entries} entries")
-    for lexeme in lexicon.lexemes:
-        if (lexeme.alias is None) == (lexeme.phonemes is None):
-            raise ValueError("an entry is said neither by an alias nor by phonemes")
-        if lexeme.phonemes is not None:
-            to_kokoro(lexeme.phonemes, "kokoro")
+        bundle = _Bundle.model_validate_json(data)
+    except ValidationError as exc:
+        raise InvalidInput(
+            f"the body is not a lexicon bundle: {exc.errors()[0]['msg']}", code="invalid_bundle"
+        ) from None
+    check_entries(len(bundle.lexemes), max_entries)
+    lexemes = tuple(
+        lexeme(entry.graphemes, entry.alias, entry.phoneme, "kokoro" if entry.phoneme is not None else None)
+        for entry in bundle.lexemes
+    )
+    lexicon = Lexicon(bundle.name, bundle.language, lexemes)
+    if lexicon.canonical() != data:
+        raise InvalidInput(
+            "the body is not a lexicon bundle as GET /lexicons/{lexicon_id}/bundle answers it (its canonical JSON)",
+            code="invalid_bundle",
+        )
+    if lexicon_id is not None and lexicon.lexicon_id != lexicon_id:
+        raise InvalidInput(
+            f"the bundle is lexicon {lexicon.lexicon_id}, not {lexicon_id}",
+            code="bundle_id_mismatch",
+            detail={"lexicon_id": lexicon.lexicon_id},
+        )
     return lexicon

@@ -7,10 +7,9 @@ a language or a parameter the engine does not take, text that is empty, too long
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -20,7 +19,9 @@ from engines import FAMILIES
 from engines.base import BuiltinVoice, Engine, Param, SynthesisOptions, VoiceRef
 from errors import InvalidInput, PayloadTooLarge, invalid_fields
 from gpu.engine_pool import EnginePool
-from lexicons.lexicon import LEXICON_ID, Lexicon, from_bundle
+from lexicons.catalog import LexiconCatalog
+from lexicons.dictionaries import DictionaryStore
+from lexicons.lexicon import Lexicon
 from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
 from lifecycle.pronunciation import Pronouncer
@@ -77,11 +78,14 @@ class Planner:
         self.settings = settings
         self.pool = pool
         self.catalog = catalog
-        self.pronouncer = Pronouncer(
+        self.lexicons = LexiconCatalog(
             lexicons if lexicons is not None else LexiconStore(settings.lexicons_dir),
-            settings.default_lexicons,
-            settings.key_lexicons,
-            settings.max_lexicons_per_request,
+            DictionaryStore(settings.lexicons_dir / "dictionaries"),
+            catalog.peers,
+            settings.max_lexicon_entries,
+        )
+        self.pronouncer = Pronouncer(
+            settings.default_lexicons, settings.key_lexicons, settings.max_lexicons_per_request
         )
 
     async def plan(
@@ -133,9 +137,8 @@ class Planner:
         """Everything but the text: the voice, its engine (ready), the language, the engine's parameters and the
         lexicons (those the request names in `lexicons`, its key's (`principal`) and the node's). A live request
         plans this much before its text arrives. `timed` None: word timings where the engine has them."""
-        named = getattr(request, "lexicons", None)
-        await self.fetched_lexicons(self.pronouncer.ids(named, principal))
-        lexicons = self.pronouncer.lexicons(named, principal)
+        ids = self.pronouncer.ids(getattr(request, "lexicons", None), principal)
+        lexicons = tuple([await self.lexicons.resolve(lexicon_id) for lexicon_id in ids])
         if request.voice_id is None:  # the default voice: a failed default engine cannot even list it
             self.pool.engine_for(self.settings.default_engine)
         voice = await self.catalog.resolve(request.voice_id)
@@ -186,14 +189,14 @@ class Planner:
         engine, options = plan.engine, plan.options
         ssml = parse_ssml(document, english=options.language.code in ("en-us", "en-gb"))
         named = [lexicon.lexicon_id for lexicon in plan.lexicons]
-        await self.fetched_lexicons(ssml.lexicons)
-        added = tuple(self.pronouncer.store.get(i) for i in dict.fromkeys(ssml.lexicons) if i not in named)
-        if len(added) + len(named) > self.settings.max_lexicons_per_request:
+        new = [lexicon_id for lexicon_id in dict.fromkeys(ssml.lexicons) if lexicon_id not in named]
+        if len(new) + len(named) > self.settings.max_lexicons_per_request:
             raise InvalidInput(
-                f"the request is pronounced with {len(added) + len(named)} lexicons; the limit is "
+                f"the request is pronounced with {len(new) + len(named)} lexicons; the limit is "
                 f"{self.settings.max_lexicons_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
                 code="too_many_lexicons",
             )
+        added = tuple([await self.lexicons.resolve(lexicon_id) for lexicon_id in new])
         voices: dict[str, VoiceRef] = {
             name: self.stock_voice(plan, name) for name in dict.fromkeys(s.voice for s in ssml.segments) if name
         }
@@ -233,23 +236,6 @@ class Planner:
         text = "\n".join(texts)
         check_spoken_length(len(document), len(text), self.settings.max_spoken_chars)
         return plan, text, chunks
-
-    async def fetched_lexicons(self, ids: Sequence[str]) -> None:
-        """Those of `ids` not stored here fetched from the peers (POLYTTS_PEERS), checked and stored, as voices are:
-        a request naming a lexicon works on any node of the fleet. One no peer has stays missing (its 404 follows)."""
-        store, peers = self.pronouncer.store, self.catalog.peers
-        for lexicon_id in ids:
-            if not peers or lexicon_id in store or not LEXICON_ID.match(lexicon_id):
-                continue
-            data = await peers.lexicon(lexicon_id)
-            if data is None:
-                continue
-            try:
-                lexicon = from_bundle(data, lexicon_id, self.settings.max_lexicon_entries)
-            except (ValueError, InvalidInput) as exc:
-                log.warning("a peer's lexicon %s is refused: %s", lexicon_id, exc)
-                continue
-            await asyncio.to_thread(store.put, lexicon)
 
     def stock_voice(self, plan: Plan, name: str) -> BuiltinVoice:
         """The stock voice an SSML `<voice name>` names, of the plan's engine (which is ready, so its voices are

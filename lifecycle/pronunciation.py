@@ -17,7 +17,6 @@ from engines.base import Engine, SynthesisOptions
 from errors import InvalidInput
 from lexicons.lexicon import Lexicon
 from lexicons.matcher import Matchers
-from lexicons.store import LexiconStore
 from text.inline_phonemes import inline_phonemes
 from text.phoneme_spans import encode, holds_phonemes
 from text.spoken import Edit, Spoken
@@ -27,32 +26,26 @@ from text.symbols import skip_pictographs
 class Pronouncer:
     def __init__(
         self,
-        store: LexiconStore,
         defaults: Sequence[str] = (),
         key_defaults: dict[str, list[str]] | None = None,
         max_per_request: int = 8,
     ) -> None:
-        self.store = store
         self.defaults = tuple(defaults)
         self.key_defaults = key_defaults or {}
         self.max_per_request = max_per_request
         self.matchers = Matchers()
 
     def ids(self, named: Sequence[str] | None, principal: str | None) -> list[str]:
-        """The ids of the lexicons a request is pronounced with, in precedence order, each once."""
-        return list(dict.fromkeys([*(named or ()), *self.key_defaults.get(principal or "", ()), *self.defaults]))
-
-    def lexicons(self, named: Sequence[str] | None, principal: str | None) -> tuple[Lexicon, ...]:
-        """The lexicons a request is pronounced with, in precedence order: those it names, its key's, the node's
-        (each once); a 404 `lexicon_not_found` for one not stored, a 422 `too_many_lexicons` past the bound."""
-        ids = self.ids(named, principal)
+        """The ids of the lexicons a request is pronounced with, in precedence order: those it names, its key's,
+        the node's (each once); a 422 `too_many_lexicons` past the bound."""
+        ids = list(dict.fromkeys([*(named or ()), *self.key_defaults.get(principal or "", ()), *self.defaults]))
         if len(ids) > self.max_per_request:
             raise InvalidInput(
                 f"the request is pronounced with {len(ids)} lexicons (its own and the defaults); the limit is "
                 f"{self.max_per_request} (POLYTTS_MAX_LEXICONS_PER_REQUEST)",
                 code="too_many_lexicons",
             )
-        return tuple(self.store.get(lexicon_id) for lexicon_id in ids)
+        return ids
 
     def spoken(
         self,

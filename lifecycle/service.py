@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from gpu.gpu_thread import GpuThread
 from gpu.jobs import ANONYMOUS
 from gpu.scheduler import Scheduler
 from jobs.runner import JobRunner
+from lexicons.catalog import LexiconCatalog
 from lexicons.dictionaries import DictionaryStore
 from lexicons.store import LexiconStore
 from lifecycle.catalog import VoiceCatalog
@@ -48,15 +48,20 @@ class Service:
     attached: bool = False
     """Whether a livestack fleet drives this node (`fleet.attach`)."""
 
-    @functools.cached_property
+    @property
     def dictionaries(self) -> DictionaryStore:
         """The pronunciation dictionaries (names over lexicon versions) of the vendor fronts that edit them."""
-        return DictionaryStore(self.settings.lexicons_dir / "dictionaries")
+        return self.synthesis.planner.lexicons.dictionaries
 
     @property
     def lexicons(self) -> LexiconStore:
         """The lexicons stored on this node (the store the planner pronounces requests with)."""
-        return self.synthesis.planner.pronouncer.store
+        return self.synthesis.planner.lexicons.store
+
+    @property
+    def lexicon_catalog(self) -> LexiconCatalog:
+        """Every lexicon and dictionary a request can name, this node's and its peers'."""
+        return self.synthesis.planner.lexicons
 
     def start(self, warm: bool) -> None:
         """Start the GPU thread, and (bind first, warm after) load the default engine on it if `warm`."""

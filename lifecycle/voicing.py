@@ -30,6 +30,9 @@ class Voicing:
         """Seconds of silence the joiner put after the last chunk (None before the first)."""
 
     def chunk(self, chunk: Chunk, handle: object, last: bool) -> Iterator[np.ndarray | Words]:
+        if not chunk.text:  # a live request's trailing break: silence only
+            yield from self.trailing_silence(chunk.lead or 0.0)
+            return
         if chunk.lead is not None and (pad := self.lead_samples(chunk.lead)) > 0:
             self.position += pad
             yield np.zeros(pad, dtype=np.float32)
@@ -60,6 +63,16 @@ class Voicing:
         if self.silence_after is None:
             return round(lead * rate) - self.joiner.margin
         return round((lead - self.silence_after) * rate)
+
+    def trailing_silence(self, seconds: float) -> Iterator[np.ndarray | Words]:
+        """Zeros that make `seconds` of silence after the last audible sample: nothing after them keeps the quiet a
+        chunk keeps before its onset, so that margin is added back to `lead_samples`."""
+        pad = self.lead_samples(seconds) + self.joiner.margin
+        if pad > 0:
+            self.position += pad
+            yield np.zeros(pad, dtype=np.float32)
+        self.silence_after = seconds
+        yield Words([])
 
     def options_of(self, chunk: Chunk) -> SynthesisOptions:
         """The request's options with the chunk's own rate and language (SSML `<prosody>`, `<lang>`), where set."""

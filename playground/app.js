@@ -1,5 +1,5 @@
-// The PolyTTS playground: pick or blend a voice, speak as the audio streams, add and delete voices, watch /health,
-// list this key's jobs (jobs.js) and play their audio.
+// The PolyTTS playground: pick or blend a voice, speak as the audio streams, try a pronunciation (pronounce.js), add
+// and delete voices, watch /health, list this key's jobs (jobs.js) and play their audio.
 // Speaking lives in speak.js, voices in voices.js; this module shows the server's status, asks for an API key,
 // and starts the page. `window.polytts.state` exposes what the page did (samples received and scheduled, timings,
 // the word highlighted, last error) for tests, and `window.polytts.player` its audio context.
@@ -9,6 +9,7 @@ import { parseBlend } from "./blend.js";
 import { detectFeatures } from "./features.js";
 import { initJobs, loadJobs } from "./jobs.js";
 import { $, describe, recordError, say, state } from "./page.js";
+import { initPronunciation } from "./pronounce.js";
 import { initSpeaking, player, renderLanguages, renderTransports, speak, stop, updateTextCount } from "./speak.js";
 import { initVoices, loadVoices, renderCloneEngines } from "./voices.js";
 
@@ -130,6 +131,7 @@ async function start() {
   initSpeaking();
   initVoices();
   initJobs();
+  initPronunciation();
 
   pollHealth();
   try {

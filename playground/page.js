@@ -33,6 +33,7 @@ export const state = {
   level: 0, // the level meter, 0 to 1, and its highest value during this utterance
   levelPeak: 0,
   preview: null, // the last voice preview: {voiceId, phase: requesting | playing | ended | error, cache}
+  pronunciation: null, // the last try (pronounce.js): {mode, phase, lexiconId, request, bytes, error}
   blendError: null,
   lastError: null,
   spoken: 0,

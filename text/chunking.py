@@ -30,7 +30,8 @@ class Chunk:
     """One generation's text and the boundary that ends it."""
 
     text: str
-    """What the engine speaks: the text as spoken (text/spoken.py), whose characters every cap counts."""
+    """What the engine speaks: the text as spoken (text/spoken.py), whose characters every cap counts. Empty only
+    for a live request's trailing `<break>`: `lead` seconds of silence and no generation."""
     pause: Pause
     written: str | None = None
     """The text as written that `text` speaks, where the two differ ("$4.50" for "four dollars and fifty cents"):

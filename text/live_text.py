@@ -10,9 +10,9 @@ GPU thread takes the next one (a producer flushing word by word while the engine
 to the cap, never across a break or a change of voice, rate or language (`take`).
 Live text may be SSML (text/live_ssml.py), read tag by tag as it arrives, so that a tag split across messages is
 whole before it is read and the segmenter never cuts inside one: a `<break>` ends the phrase before it with exactly
-that silence (or, when that phrase is already being spoken, comes before the next), a `<prosody rate>`, `<lang>` or
-`<voice name>` ends one and speaks what follows at its rate, in its language or by its voice (checked as it arrives,
-before any phrase in it is cut).
+that silence (or, when that phrase is already being spoken, comes before the next, or ends the audio as a silence
+of its own when no text follows), a `<prosody rate>`, `<lang>` or `<voice name>` ends one and speaks what follows at
+its rate, in its language or by its voice (checked as it arrives, before any phrase in it is cut).
 The messages that carry the text, and their timeouts, are the web layer's (web/fronts/shared/live.py).
 """
 
@@ -174,6 +174,11 @@ class LiveText:
         if self._ssml is not None:
             self._ssml.close()
         chunks = self._as_spoken(self._segmenter.flush())
+        if self._lead and self._started and not chunks:
+            # A break after the last phrase had been taken: no phrase is left to carry it, so it is a silence of its
+            # own, exact as a leading one is.
+            chunks = [Chunk("", "none", lead=self._lead)]
+        self._lead = 0.0
         self.cut += len(chunks)
         with self._lock:
             self._chunks.extend(chunks)

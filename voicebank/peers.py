@@ -1,4 +1,4 @@
-"""Other nodes this one may ask for a voice or a lexicon it does not know (POLYTTS_PEERS): their bundles, fetched
+"""Other nodes this one may ask for a voice, a lexicon or a pronunciation dictionary it does not know (POLYTTS_PEERS): their bundles, fetched
 with short timeouts, so an unknown id is answered (or refused) quickly, never turned into a hang."""
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ class Peers:
     async def lexicon(self, lexicon_id: str) -> bytes | None:
         """The lexicon's bundle (its canonical content) from the first peer that has it, or None."""
         return await self._fetch(f"/lexicons/{lexicon_id}/bundle", f"lexicon {lexicon_id}")
+
+    async def dictionary(self, dictionary_id: str) -> bytes | None:
+        """A pronunciation dictionary's record (its name and versions) from the first peer that keeps it, or None."""
+        return await self._fetch(f"/lexicons/dictionaries/{dictionary_id}/bundle", f"dictionary {dictionary_id}")
 
     async def _fetch(self, path: str, what: str) -> bytes | None:
         task = self._fetching.get(path)

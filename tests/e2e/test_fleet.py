@@ -308,6 +308,51 @@ def test_a_lexicon_follows_the_request_to_a_peer(tmp_path: Path, assembled_model
         assert unknown.status_code == 404 and unknown.json()["code"] == "lexicon_not_found"
 
 
+def test_dictionaries_and_lexicon_bundles_follow_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+    """A vendor front's dictionary kept by one node pronounces a request naming it on another (ElevenLabs'
+    `pronunciation_dictionary_locators`, with and without a version, and Cartesia's `pronunciation_dict_id`); one
+    no node keeps is a 404 in the vendor's shape; a lexicon's bundle imports on another node with its id."""
+    alias = "a banana split with whipped cream"
+    with peers(tmp_path) as (a, b), a.client() as on_a, b.client() as on_b:
+        rules = {"name": "brands", "rules": [{"type": "alias", "string_to_replace": "Zorblax", "alias": alias}]}
+        made = on_a.post("/elevenlabs/v1/pronunciation-dictionaries/add-from-rules", json=rules).json()
+        say = "/elevenlabs/v1/text-to-speech/af_heart?output_format=pcm_24000"
+        meant = on_b.post(say, json={"text": f"{alias}."})
+        assert meant.status_code == 200, meant.text
+        for locator in (
+            {"pronunciation_dictionary_id": made["id"]},
+            {**{"pronunciation_dictionary_id": made["id"]}, "version_id": made["version_id"]},
+        ):
+            said = on_b.post(say, json={"text": "Zorblax.", "pronunciation_dictionary_locators": [locator]})
+            assert said.status_code == 200 and said.content == meant.content, said.text
+        unknown = {"pronunciation_dictionary_id": "0" * 20}
+        refused = on_b.post(say, json={"text": "Hi.", "pronunciation_dictionary_locators": [unknown]})
+        assert refused.status_code == 404 and refused.json()["detail"]["status"] == "dictionary_not_found"
+
+        headers = {"Cartesia-Version": "2025-04-16"}
+        items = {"name": "brands", "items": [{"text": "Qxv", "alias": alias}]}
+        cartesia = on_a.post("/cartesia/pronunciation-dicts/", json=items, headers=headers).json()
+        output = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}
+        spoken = {"model_id": "sonic-2", "voice": {"mode": "id", "id": "af_heart"}, "output_format": output}
+        said = on_b.post(
+            "/cartesia/tts/bytes",
+            json={**spoken, "transcript": "Qxv.", "pronunciation_dict_id": cartesia["id"]},
+            headers=headers,
+        )
+        assert said.status_code == 200 and said.content == meant.content, said.text
+
+        lexicon_id = on_a.post("/lexicons", content=json.dumps([{"grapheme": "Blorp", "alias": alias}])).json()[
+            "lexicon_id"
+        ]
+        bundle = on_a.get(f"/lexicons/{lexicon_id}/bundle").content
+        imported = on_b.put(f"/lexicons/{lexicon_id}/bundle", content=bundle)
+        assert imported.status_code == 201 and imported.json()["lexicon_id"] == lexicon_id
+        assert (
+            on_b.get(f"/lexicons/{lexicon_id}").json()["lexemes"]
+            == on_a.get(f"/lexicons/{lexicon_id}").json()["lexemes"]
+        )
+
+
 def test_bundles_round_trip_and_a_tampered_one_never_lands(tmp_path: Path, assembled_model: Path) -> None:
     server = ServerProcess(tmp_path / "n", POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_WARM_ON_START="false").start()
     try:

@@ -654,3 +654,77 @@ def test_the_page_lists_the_keys_jobs_and_plays_a_finished_one(
     assert wait_for_js(tab, f'document.querySelector("{item} audio").duration || 0', timeout=30) > 0.5
     assert console.unexpected() == []
     httpx.delete(f"{server.url}/jobs/{job_id}", timeout=10)
+
+
+# --- trying a pronunciation ---------------------------------------------------------------------------------------
+
+TRIED = f"['ended', 'error'].includes({STATE}.pronunciation?.phase)"
+
+
+def try_pronunciation(tab: Page) -> dict:
+    tab.click("#pron-hear")
+    wait_for_js(tab, TRIED, timeout=180)
+    return dict(tab.evaluate(f"{STATE}.pronunciation"))
+
+
+def test_a_lexicon_entry_is_stored_and_heard_as_the_api_says_it(
+    page: tuple[Page, Console], server: ServerProcess
+) -> None:
+    tab, console = page
+    voice = preferred_voice(tab)
+    tab.select_option("#voice", voice)
+    tab.fill("#pron-grapheme", "Zorblax")
+    tab.fill("#pron-said", "a banana split")
+    tab.fill("#pron-sentence", "I love Zorblax.")
+    tried = try_pronunciation(tab)
+    assert tried["phase"] == "ended" and tried["error"] is None, tried
+    stored = httpx.post(server.url + "/lexicons", json=[{"grapheme": "Zorblax", "alias": "a banana split"}])
+    assert stored.status_code == 200 and tried["lexiconId"] == stored.json()["lexicon_id"]  # stored by the page
+    meant = httpx.post(server.url + "/tts", json={"text": "I love a banana split.", "voice_id": voice}, timeout=180)
+    assert tried["bytes"] == len(meant.content)  # the alias is what was said
+    assert tab.inner_text("#pron-status") == "Playing the sentence with the entry."
+
+    tab.select_option("#pron-kind", "ipa")
+    tab.fill("#pron-grapheme", "Kokoro")
+    tab.fill("#pron-said", "kˈoʊkəɹoʊ")
+    tab.fill("#pron-sentence", "")  # the word alone
+    tried = try_pronunciation(tab)
+    assert tried["phase"] == "ended" and tried["request"]["text"] == "Kokoro.", tried
+    body = {"text": "Kokoro.", "voice_id": voice, "lexicons": [tried["lexiconId"]]}
+    assert tried["bytes"] == len(httpx.post(server.url + "/tts", json=body, timeout=180).content)
+
+    tab.fill("#pron-said", "k☃")
+    tried = try_pronunciation(tab)
+    assert tried["error"]["code"] == "unsayable_phonemes" and "☃" in tab.inner_text("#pron-error"), tried
+    assert console.unexpected("status of 422") == []
+
+
+def test_an_ssml_snippet_is_heard_and_its_errors_point_at_the_spot(
+    page: tuple[Page, Console], server: ServerProcess
+) -> None:
+    tab, console = page
+    voice = preferred_voice(tab)
+    tab.select_option("#voice", voice)
+    tab.select_option("#pron-mode", "ssml")
+    assert tab.is_hidden("#pron-entry") and tab.is_visible("#pron-ssml")
+    tried = try_pronunciation(tab)  # the example snippet
+    assert tried["phase"] == "ended", tried
+    body = {"text": tab.input_value("#pron-ssml"), "voice_id": voice}
+    assert tried["bytes"] == len(httpx.post(server.url + "/tts", json=body, timeout=180).content)
+
+    snippet = '<speak>Hello there.\n  <break time="1s"></speak>'
+    tab.fill("#pron-ssml", snippet)
+    tried = try_pronunciation(tab)
+    error = tried["error"]
+    assert (error["status"], error["code"], error["line"]) == (422, "malformed_xml", 2), tried
+    assert tab.inner_text("#pron-error").endswith(f"at line 2, column {error['column']} (malformed_xml)")
+    assert tab.inner_text("#pron-where") == f"Line 2, column {error['column']} is selected in the snippet."
+    at = len("<speak>Hello there.\n") + error["column"] - 1
+    assert tab.evaluate("[document.activeElement.id, document.activeElement.selectionStart]") == ["pron-ssml", at]
+
+    tab.fill("#pron-ssml", '<speak>Hi <audio src="x.wav"/> there.</speak>')
+    tried = try_pronunciation(tab)
+    assert tried["error"]["code"] == "invalid_ssml" and "<audio>" in tab.inner_text("#pron-error"), tried
+    assert tab.inner_text("#pron-status") == "" and tab.is_hidden("#pron-audio")  # no stale audio under the error
+    screenshot(tab, "playground-pronunciation")
+    assert console.unexpected("status of 422") == []

@@ -13,6 +13,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.support.apps import InProcessApp
 from tests.support.clips import decode_wav
 
 PLS = """<?xml version="1.0" encoding="UTF-8"?>
@@ -65,6 +66,61 @@ def test_json_rules_are_stored_too(client: TestClient) -> None:
     response = client.post("/lexicons", json=rules)
     assert response.status_code == 201, response.text
     assert client.get(f"/lexicons/{response.json()['lexicon_id']}").json()["lexemes"][1]["phoneme"] == "ʤˈɪf"
+
+
+def test_a_bundle_imports_the_lexicon_with_its_id(app: InProcessApp) -> None:
+    client = app.client
+    lexicon_id = store(client, PLS, name="brands")
+    bundle = client.get(f"/lexicons/{lexicon_id}/bundle").content
+    assert client.delete(f"/lexicons/{lexicon_id}").status_code == 204
+    imported = client.put(f"/lexicons/{lexicon_id}/bundle", content=bundle)
+    assert imported.status_code == 201, imported.text
+    assert imported.json() == {"lexicon_id": lexicon_id, "created": True, "entries": 3}
+    again = client.put(f"/lexicons/{lexicon_id}/bundle", content=bundle)
+    assert again.status_code == 200 and again.json()["created"] is False
+    assert client.get(f"/lexicons/{lexicon_id}").json()["lexemes"][1]["phoneme"] == "kˈOkəɹO"
+    said = client.post("/tts", json={"text": "Zorblax.", "lexicons": [lexicon_id]})
+    assert said.status_code == 200 and said.content == client.post("/tts", json={"text": "banana split."}).content
+
+
+def _bundle(lexemes: list[dict[str, object]], **fields: object) -> str:
+    body = {"language": None, "lexemes": lexemes, "name": "n", **fields}
+    return json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+ANY_ID = "0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("body", "lexicon_id", "status", "code"),
+    [
+        (_bundle([{"graphemes": ["Qxv"], "alias": "cue"}]), ANY_ID, 422, "bundle_id_mismatch"),
+        (_bundle([{"graphemes": ["Qxv"], "alias": "cue"}]).replace(",", ", "), ANY_ID, 422, "invalid_bundle"),
+        (_bundle([{"graphemes": ["Qxv"], "phoneme": "☃", "alphabet": "kokoro"}]), ANY_ID, 422, "unsayable_phonemes"),
+        (_bundle([{"graphemes": ["Qxv"], "phoneme": "kˈu", "alphabet": "ipa"}]), ANY_ID, 422, "invalid_bundle"),
+        (_bundle([{"graphemes": ["Qxv"]}]), ANY_ID, 422, "invalid_lexicon"),
+        (_bundle([{"graphemes": ["Qxv"], "alias": "cue"}], extra=1), ANY_ID, 422, "invalid_bundle"),
+        (_bundle([{"graphemes": [1], "alias": "cue"}]), ANY_ID, 422, "invalid_bundle"),
+        (_bundle([{"graphemes": ["Qxv"], "alias": "cue"}], name="x" * 201), ANY_ID, 422, "invalid_bundle"),
+        ("[" * 100_000 + "]" * 100_000, ANY_ID, 422, "invalid_bundle"),
+        (_bundle([{"graphemes": [f"w{i}"], "alias": "a"} for i in range(20_001)]), ANY_ID, 413, "lexicon_too_large"),
+        (" " * (4 * 1024 * 1024 + 1), ANY_ID, 413, "body_too_large"),
+        (_bundle([{"graphemes": ["Qxv"], "alias": "cue"}]), "not-an-id", 422, "invalid_lexicon_id"),
+    ],
+    ids=[
+        "other-id", "not-canonical", "unsayable", "other-alphabet", "no-pronunciation", "unknown-field",
+        "grapheme-not-text", "long-name", "deep", "too-many-entries", "10MB", "bad-id",
+    ],
+)  # fmt: skip
+def test_a_bad_or_hostile_bundle_is_refused_and_nothing_is_written(
+    app: InProcessApp, body: str, lexicon_id: str, status: int, code: str
+) -> None:
+    folder = app.settings.lexicons_dir
+    before = sorted(folder.iterdir()) if folder.is_dir() else []
+    response = app.client.put(f"/lexicons/{lexicon_id}/bundle", content=body)
+    assert (response.status_code, response.json()["code"]) == (status, code), response.text
+    assert (sorted(folder.iterdir()) if folder.is_dir() else []) == before
+    assert app.client.get("/health").status_code == 200  # still serving
 
 
 BOMB = (

@@ -1,5 +1,5 @@
 """SSML on the live routes, its tags split across the native live WebSocket's messages, and a `<break>` before any
-text: silences measured in the audio."""
+text or after the last phrase: silences measured in the audio."""
 
 from __future__ import annotations
 
@@ -50,6 +50,36 @@ def test_a_break_before_any_text_is_that_much_leading_silence(client: TestClient
     assert abs(leading_silence(samples, rate) - 1.2) < 0.06
     audio, events = live_socket(client, [json.dumps({"text": text}), '{"end": true}'])
     assert events[-1]["type"] == "done" and abs(leading_silence(samples_of(audio), RATE) - 1.2) < 0.06
+
+
+def trailing_silence(samples: np.ndarray, rate: int) -> float:
+    return (len(samples) - 1 - int(np.flatnonzero(np.abs(samples) > 0.01)[-1])) / rate
+
+
+@pytest.mark.slow
+def test_a_break_after_the_last_phrase_has_started_is_that_much_trailing_silence(client: TestClient) -> None:
+    """The break arrives once the phrase's audio has begun, so no phrase is left to carry it: it ends the audio as
+    exactly that much silence, as it does a whole document."""
+    response = client.post("/tts", json={"text": '<speak>Hello there.<break time="1200ms"/></speak>'})
+    assert response.status_code == 200, response.text
+    samples, rate = decode_wav(response.content)
+    assert abs(trailing_silence(samples, rate) - 1.2) < 0.06
+    audio, events = bytearray(), []
+    with client.websocket_connect("/tts/live/ws?voice_id=af_heart&language=en") as ws:
+        ws.send_text(json.dumps({"text": "<speak>Hello there.", "flush": True}))
+        while not (received := ws.receive()).get("bytes"):
+            events.append(json.loads(received["text"]))
+        audio += received["bytes"]
+        ws.send_text(json.dumps({"text": '<break time="1200ms"/></speak>'}))
+        ws.send_text('{"end": true}')
+        while (received := ws.receive())["type"] != "websocket.close":
+            if received.get("bytes"):
+                audio += received["bytes"]
+            elif received.get("text"):
+                events.append(json.loads(received["text"]))
+    assert events[-1]["type"] == "done", events
+    assert abs(trailing_silence(samples_of(bytes(audio)), RATE) - 1.2) < 0.06
+    assert abs(events[-1]["audio_seconds"] - len(audio) / 2 / RATE) < 0.01
 
 
 def test_live_ssml_that_cannot_be_read_ends_with_an_error_naming_it(client: TestClient) -> None:

@@ -241,8 +241,7 @@ def engine(family: str) -> Engine:
 
 
 def test_a_cloning_engine_gets_the_aliases_and_a_clear_422_for_phonemes(tmp_path: Path) -> None:
-    store = LexiconStore(tmp_path)
-    pronouncer = Pronouncer(store)
+    pronouncer = Pronouncer()
     voxcpm = engine("voxcpm")
     options = SynthesisOptions(language=resolve_language("en"), params={})
     said = pronouncer.spoken("The W3C met.", [lexicon()], voxcpm, options)
@@ -256,8 +255,6 @@ def test_a_cloning_engine_gets_the_aliases_and_a_clear_422_for_phonemes(tmp_path
 def test_kokoro_gets_phoneme_spans_and_its_normalization_still_runs_on_aliases(tmp_path: Path) -> None:
     numbers = Lexicon("n", None, (Lexeme(("Zorblax",), alias="3 apples"),))
     options = SynthesisOptions(language=resolve_language("en"), params={})
-    said = Pronouncer(LexiconStore(tmp_path)).spoken(
-        "Zorblax and Kokoro.", [numbers, lexicon()], engine("kokoro"), options
-    )
+    said = Pronouncer().spoken("Zorblax and Kokoro.", [numbers, lexicon()], engine("kokoro"), options)
     assert said.text == f"three apples and {encode('kˈOkəɹO')}."
     assert said.written == "Zorblax and Kokoro." and said.written_between(0, len("three apples")) == "Zorblax"

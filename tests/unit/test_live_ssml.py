@@ -57,6 +57,22 @@ def test_a_break_before_any_text_or_after_a_phrase_already_taken_comes_before_th
     assert second is not None and second[0].lead == 0.5 and second[0].text == "Bye now."
 
 
+def test_a_break_after_the_last_phrase_was_taken_is_a_silence_of_its_own_at_the_end() -> None:
+    text = LiveText(PhraseSegmenter(60, 120), 10_000, lambda: None, pronounce=pronounce)
+    text.add("<speak>Hello there. ")
+    text.flush()
+    first = text.take()
+    assert first is not None and first[0].text == "Hello there." and first[1] is False
+    text.add('<break time="800ms"/></speak>')
+    text.close()
+    assert text.take() == (Chunk("", "none", lead=0.8), True)
+    assert text.take() is None
+
+
+def test_a_break_with_no_phrase_before_it_adds_no_silence_at_the_end() -> None:
+    assert chunks_of(['<speak><break time="1s"/></speak>']) == []
+
+
 def test_plain_live_text_is_never_read_as_ssml() -> None:
     assert [chunk.text for chunk in chunks_of(["<spe", "ech> is a word.", " 3 < 4."])] == ["<speech> is a word. 3 < 4."]
 

@@ -1,5 +1,7 @@
 """Pronunciation lexicons as a resource: `POST /lexicons` (a W3C PLS document or JSON rules), `GET /lexicons`,
-`GET /lexicons/{id}` (with its entries), `GET /lexicons/{id}/pls` (download) and `DELETE /lexicons/{id}`."""
+`GET /lexicons/{id}` (with its entries), `GET /lexicons/{id}/pls` (download), `DELETE /lexicons/{id}`, and the
+fleet's bundles: `GET /lexicons/{id}/bundle`, `PUT /lexicons/{id}/bundle` (import) and
+`GET /lexicons/dictionaries/{id}/bundle` (a vendor front's dictionary, for a peer)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from errors import InvalidInput
-from lexicons.lexicon import LEXICON_ID, Lexicon
+from lexicons.lexicon import LEXICON_ID, Lexicon, check_lexicon_id, from_bundle
 from lexicons.pls import read_pls, write_pls
 from lexicons.rules import read_rules
 from voicebank.uploads import read_body
@@ -77,6 +79,34 @@ async def create_lexicon(
     return JSONResponse(body.model_dump(), status_code=201 if created else 200)
 
 
+@router.put(
+    "/lexicons/{lexicon_id}/bundle",
+    response_model=LexiconCreated,
+    status_code=201,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "The lexicon's bundle, exactly as GET /lexicons/{lexicon_id}/bundle answers it.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+    responses={
+        200: {"model": LexiconCreated, "description": "Stored already: nothing was written."},
+        **api_docs.errors(413, 422),
+    },
+)
+async def import_lexicon_bundle(lexicon_id: LexiconId, request: Request, service: ServiceDep) -> JSONResponse:
+    """Store a lexicon from another node's bundle under its id: checked as the peer fetch checks it (the id it
+    hashes to, its bounds, the symbols of its phonemes), stored atomically, nothing written when it is refused."""
+    check_lexicon_id(lexicon_id)
+    settings = service.settings
+    data = await read_body(UploadBody(request), settings.max_lexicon_bytes)
+    lexicon = await asyncio.to_thread(from_bundle, data, settings.max_lexicon_entries, lexicon_id)
+    created = await asyncio.to_thread(service.lexicons.put, lexicon)
+    body = LexiconCreated(lexicon_id=lexicon.lexicon_id, created=created, entries=len(lexicon.lexemes))
+    return JSONResponse(body.model_dump(), status_code=201 if created else 200)
+
+
 @router.get("/lexicons")
 async def list_lexicons(service: ServiceDep) -> LexiconList:
     return LexiconList.model_validate({"lexicons": [lexicon.public() for lexicon in service.lexicons.list()]})
@@ -111,3 +141,14 @@ async def delete_lexicon(lexicon_id: LexiconId, service: ServiceDep) -> Response
 async def lexicon_bundle(lexicon_id: LexiconId, service: ServiceDep) -> Response:
     """The lexicon's canonical content, which its id hashes: what a peer fetches to pronounce a request naming it."""
     return Response(service.lexicons.get(lexicon_id).canonical(), media_type="application/json")
+
+
+@router.get(
+    "/lexicons/dictionaries/{dictionary_id}/bundle",
+    response_class=Response,
+    responses={200: {"content": {"application/json": {}}}, **api_docs.errors(404)},
+)
+async def dictionary_bundle(dictionary_id: str, service: ServiceDep) -> Response:
+    """A vendor front's pronunciation dictionary as this node keeps it (its name and its versions, lexicon ids):
+    what a peer asks for to honour a request naming it."""
+    return Response(service.dictionaries.get(dictionary_id).bundle(), media_type="application/json")

@@ -49,13 +49,15 @@ class DictionaryUpdate(BaseModel):
     items: list[Item] | None = None
 
 
-def dict_lexicons(service: Service, dict_id: str | None) -> list[str]:
-    """The lexicon a `pronunciation_dict_id` names: a dictionary's latest version, or a stored lexicon's own id."""
+async def dict_lexicons(service: Service, dict_id: str | None) -> list[str]:
+    """The lexicon a `pronunciation_dict_id` names: a dictionary's latest version, or a lexicon's own id, kept here
+    or by a peer."""
     if dict_id is None:
         return []
+    catalog = service.lexicon_catalog
     if LEXICON_ID.match(dict_id):
-        return [service.lexicons.get(dict_id).lexicon_id]
-    return [service.dictionaries.version(dict_id, None)]
+        return [(await catalog.resolve(dict_id)).lexicon_id]
+    return [(await catalog.version(dict_id, None)).lexicon_id]
 
 
 def _lexeme(item: Item) -> Lexeme:

@@ -78,7 +78,7 @@ async def _speak(
         audio = body.output_format.output(containers)
         voice_id = body.voice_id()
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
-        lexicons = dict_lexicons(service, body.pronunciation_dict_id)
+        lexicons = await dict_lexicons(service, body.pronunciation_dict_id)
     native = TTSRequest(
         text=with_cartesia_tags(body.transcript),
         voice_id=voice_id,

@@ -156,7 +156,7 @@ class CartesiaSocket(ContextSocket[SocketMessage]):
         clock = StepClock()
         session = None
         try:
-            if lexicons := dict_lexicons(self.service, first.pronunciation_dict_id):
+            if lexicons := await dict_lexicons(self.service, first.pronunciation_dict_id):
                 query["lexicons"] = ",".join(lexicons)
             timed = True if first.add_timestamps else None
             # Cartesia's tags (<break>, <spell>, <speed>) are read in every transcript, as Cartesia reads them.

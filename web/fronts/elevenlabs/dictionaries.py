@@ -60,10 +60,12 @@ class RuleRemoval(BaseModel):
     rule_strings: list[str]
 
 
-def locator_lexicons(service: Service, locators: list[Locator] | None) -> list[str]:
-    """The lexicon ids the locators name (404 `dictionary_not_found` for one unknown here)."""
+async def locator_lexicons(service: Service, locators: list[Locator] | None) -> list[str]:
+    """The lexicon ids the locators name, their dictionaries kept here or by a peer (404 `dictionary_not_found` for
+    one no node keeps)."""
+    catalog = service.lexicon_catalog
     return [
-        service.dictionaries.version(locator.pronunciation_dictionary_id, locator.version_id)
+        (await catalog.version(locator.pronunciation_dictionary_id, locator.version_id)).lexicon_id
         for locator in locators or ()
     ]
 
@@ -205,5 +207,5 @@ async def get_dictionary(dictionary_id: str, service: ServiceDep) -> dict[str, A
 )
 async def download(dictionary_id: str, version_id: str, service: ServiceDep) -> Response:
     """The version as a PLS document (its phonemes in Kokoro's symbols, `alphabet="x-kokoro"`)."""
-    lexicon_id = service.dictionaries.version(dictionary_id, version_id)
+    lexicon_id = service.dictionaries.get(dictionary_id).version(version_id)
     return Response(write_pls(service.lexicons.get(lexicon_id)), media_type="application/pls+xml")

@@ -89,7 +89,7 @@ async def _speak(
     with counted_refusal(service.synthesis, ctx):
         audio = output(output_format)
         ctx.engine = resolve_model(body.model_id, service.pool.engines)
-        lexicons = locator_lexicons(service, body.pronunciation_dictionary_locators)
+        lexicons = await locator_lexicons(service, body.pronunciation_dictionary_locators)
     native = TTSRequest(
         text=with_vendor_tags(body.text),
         voice_id=voice_id,

@@ -181,7 +181,7 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
         phrase_chars = first.generation_config.phrase_chars() if first.generation_config else None
         session = None
         try:
-            lexicons = locator_lexicons(self.service, first.pronunciation_dictionary_locators)
+            lexicons = await locator_lexicons(self.service, first.pronunciation_dictionary_locators)
             if lexicons:
                 query["lexicons"] = ",".join(lexicons)
             session = await open_session(
