@@ -66,7 +66,13 @@ class ServerProcess:
     def start(self, wait_ready: bool = True, timeout: float = 60.0) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
-        wait_until(self._answers if wait_ready else self._listens, timeout, "the server to be ready", detail=self.log)
+        try:
+            wait_until(
+                self._answers if wait_ready else self._listens, timeout, "the server to be ready", detail=self.log
+            )
+        except BaseException:  # not left running (and taking a core) after its test has failed
+            self.stop()
+            raise
         return self
 
     def _status(self) -> str | None:
