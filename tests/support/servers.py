@@ -26,7 +26,7 @@ def service_env(tmp: Path, **env: str) -> dict[str, str]:
         "POLYTTS_JOBS_DIR": str(tmp / "jobs"),
         "POLYTTS_LEXICONS_DIR": str(tmp / "lexicons"),
         "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
-        # One intra-op thread: the same audio for about a quarter less CPU than every core, whose threads spin
+        # One intra-op thread: the same audio for about a fifth less CPU than every core, whose threads spin
         # between operators, and no core taken from the other test worker (ONNX Runtime does not read OMP_NUM_THREADS).
         "POLYTTS_ONNX_THREADS": "1",
         # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
