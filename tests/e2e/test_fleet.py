@@ -3,7 +3,6 @@ never traded for one that cannot load."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import signal
@@ -25,7 +24,7 @@ from tests.support.polling import wait_until
 from tests.support.servers import ROOT, ServerProcess
 
 LONG = " ".join(
-    f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(6)
+    f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(4)
 )
 
 
@@ -248,9 +247,13 @@ def _flac_clip() -> bytes:
     return buffer.getvalue()
 
 
-@contextlib.contextmanager
-def peers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """Node A, and node B whose peers are a dead address, then A."""
+@pytest.fixture(scope="module")
+def peers(
+    tmp_path_factory: pytest.TempPathFactory, assembled_model: Path
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Node A, and node B whose peers are a dead address, then A; shared by the tests of what follows a request to a
+    peer, each with resources of its own (a voice, a lexicon)."""
+    tmp_path = tmp_path_factory.mktemp("peers")
     a = ServerProcess(tmp_path / "a", POLYTTS_KOKORO_BACKEND="onnx").start()
     try:
         b = ServerProcess(
@@ -267,8 +270,9 @@ def peers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
         a.stop()
 
 
-def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
-    with peers(tmp_path) as (a, b), a.client() as on_a, b.client() as on_b:
+def test_a_voice_follows_the_request_to_a_peer(peers: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = peers
+    with a.client() as on_a, b.client() as on_b:
         pack = on_a.post("/voices", **_pack_form()).json()["voice_id"]
         clip = on_a.post(
             "/voices",
@@ -288,10 +292,11 @@ def test_a_voice_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: 
         assert unknown.status_code == 404 and unknown.json()["code"] == "voice_not_found"
 
 
-def test_a_lexicon_follows_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+def test_a_lexicon_follows_the_request_to_a_peer(peers: tuple[ServerProcess, ServerProcess]) -> None:
     """A lexicon stored on one node pronounces a request on another (fetched from its peer, checked, stored, with the
     same id), as voices do; one no node has stays a 404."""
-    with peers(tmp_path) as (a, b), a.client() as on_a, b.client() as on_b:
+    a, b = peers
+    with a.client() as on_a, b.client() as on_b:
         rules = [{"grapheme": "Zorblax", "alias": "a banana split with whipped cream"}]
         lexicon_id = on_a.post("/lexicons", content=json.dumps(rules)).json()["lexicon_id"]
         bundle = on_a.get(f"/lexicons/{lexicon_id}/bundle")

@@ -42,7 +42,6 @@ BACKEND = "polytts"
 NODE_NAMES = ("node1", "node2")
 NODE_ENV = {
     "POLYTTS_KOKORO_BACKEND": "onnx",
-    "POLYTTS_ONNX_THREADS": "1",  # two nodes share the machine's cores
     "POLYTTS_DRAIN_SECONDS": "600",  # the test is about finishing the stream under way, not about the bound
 }
 LONG = " ".join(f"Sentence number {i} of a stream that still plays while its node drains." for i in range(4))

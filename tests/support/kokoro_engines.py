@@ -13,15 +13,15 @@ from engines.kokoro.engine import KokoroEngine
 
 @contextlib.contextmanager
 def loaded_onnx_kokoro(model_dir: Path, **options: Any) -> Iterator[KokoroEngine]:
-    """The engine on two CPU threads (chunks of 60 then 220 characters unless `caps` says otherwise), loaded for the
-    duration; `options` are KokoroEngine's other arguments (`parallel_steps`, ...)."""
+    """The engine on one CPU thread (the same audio as on more, for less CPU: threads spin between operators) with
+    chunks of 60 then 220 characters unless `threads` or `caps` say otherwise, loaded for the duration; `options` are
+    KokoroEngine's other arguments (`parallel_steps`, ...)."""
     kokoro = KokoroEngine(
         backend="onnx",
         runtime="cpu",
         onnx_dir=model_dir,
         torch_model="",
-        threads=2,
-        **{"caps": EngineCaps(first_chunk_chars=60, max_chunk_chars=220), **options},
+        **{"threads": 1, "caps": EngineCaps(first_chunk_chars=60, max_chunk_chars=220), **options},
     )
     kokoro.load()
     try:

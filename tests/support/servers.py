@@ -26,6 +26,9 @@ def service_env(tmp: Path, **env: str) -> dict[str, str]:
         "POLYTTS_JOBS_DIR": str(tmp / "jobs"),
         "POLYTTS_LEXICONS_DIR": str(tmp / "lexicons"),
         "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
+        # One intra-op thread: the same audio for about a fifth less CPU than every core, whose threads spin
+        # between operators, and no core taken from the other test worker (ONNX Runtime does not read OMP_NUM_THREADS).
+        "POLYTTS_ONNX_THREADS": "1",
         # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
         "POLYTTS_QWEN_MODEL": "",
         # No dots.tts either unless a test asks (tests/e2e/test_server_dots.py does).
@@ -63,7 +66,13 @@ class ServerProcess:
     def start(self, wait_ready: bool = True, timeout: float = 60.0) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=self.env, stdout=log, stderr=log)
-        wait_until(self._answers if wait_ready else self._listens, timeout, "the server to be ready", detail=self.log)
+        try:
+            wait_until(
+                self._answers if wait_ready else self._listens, timeout, "the server to be ready", detail=self.log
+            )
+        except BaseException:  # not left running (and taking a core) after its test has failed
+            self.stop()
+            raise
         return self
 
     def _status(self) -> str | None:

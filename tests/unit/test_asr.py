@@ -102,7 +102,7 @@ def test_whisper_hears_kokoro_and_finds_a_break_the_joiner_removes(
     from engines.kokoro.stock_voices import StockVoices
     from text.languages import resolve_language
 
-    backend = OnnxBackend(assembled_model, threads=2)
+    backend = OnnxBackend(assembled_model, threads=1)
     backend.load()
     pack = StockVoices().pack("af_heart")
     g2p, english = G2P("espeak"), resolve_language("en")

@@ -30,7 +30,7 @@ SHORT = "Short and quick."
 
 @pytest.fixture(scope="module")
 def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
-    with loaded_onnx_kokoro(assembled_model, parallel_steps=2) as kokoro:
+    with loaded_onnx_kokoro(assembled_model, threads=2, parallel_steps=2) as kokoro:
         yield kokoro
 
 
