@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+from engines.cpu_flags import cpu_flags
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
@@ -133,20 +135,6 @@ def commit() -> dict[str, Any]:
 
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"sha": git("rev-parse", "--short=12", "HEAD"), "dirty": bool(status) if status is not None else None}
-
-
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-"""The processor flags that decide how fast a CPU runs the engine (int8, bf16 and AMX kernels): a result names them."""
-
-
-def cpu_flags() -> list[str]:
-    """Which of `SPEED_FLAGS` this processor has (/proc/cpuinfo; none where it cannot be read)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                present = set(line.split(":", 1)[1].split())
-                return [flag for flag in SPEED_FLAGS if flag in present]
-    return []
 
 
 def host_info() -> dict[str, Any]:

@@ -9,9 +9,10 @@ median is reported with its ratio to `onnx_int8`. Equivalence: each route's dura
 correlation of its waveform with int8's (over the shorter of the two: a token one frame longer shifts all
 that follows, so this is low unless the durations match), of its average log spectrum, and its loudness.
 
-OpenVINO is not in requirements-dev.txt (180 MB installed, for this benchmark alone): `pip install openvino==2026.4.1`.
+OpenVINO comes with requirements-dev.txt (requirements-openvino.txt); without it the OpenVINO routes are skipped.
+The float graph is models/float_graph.py's, the one the engine's `openvino-*` routes run.
 
-Run: `python -m bench.kokoro_routes [--threads 2] [--runs 5] [--out PATH]`; JSON in bench/results/ with the host's
+Run: `python -m bench.kokoro_routes [--threads 2] [--runs 5] [--routes openvino_bf16,...] [--out PATH]`; JSON in bench/results/ with the host's
 processor flags and load average.
 """
 
@@ -119,17 +120,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         fp32 = Path(tmp) / "model-fp32.onnx"
         onnx.save(dequantize(onnx.load(str(folder / "model.onnx"))), str(fp32))
         derive_s = time.perf_counter() - started
-        routes: dict[str, Infer] = {
-            "onnx_int8": onnx_route(folder / "model.onnx", args.threads),
-            "onnx_fp32": onnx_route(fp32, args.threads),
-        }
+        wanted = ["onnx_fp32", "openvino_bf16", "openvino_f32", "openvino_int8_graph_bf16"]
+        if args.routes:
+            wanted = [name for name in wanted if name in args.routes]
+        routes: dict[str, Infer] = {"onnx_int8": onnx_route(folder / "model.onnx", args.threads)}
+        if "onnx_fp32" in wanted:
+            routes["onnx_fp32"] = onnx_route(fp32, args.threads)
         skipped: dict[str, str] = {}
         try:
             import openvino
 
             for precision in ("bf16", "f32"):
-                routes[f"openvino_{precision}"] = openvino_route(fp32, args.threads, precision)
-            routes["openvino_int8_graph_bf16"] = openvino_route(folder / "model.onnx", args.threads, "bf16")
+                if f"openvino_{precision}" in wanted:
+                    routes[f"openvino_{precision}"] = openvino_route(fp32, args.threads, precision)
+            if "openvino_int8_graph_bf16" in wanted:
+                routes["openvino_int8_graph_bf16"] = openvino_route(folder / "model.onnx", args.threads, "bf16")
             openvino_version = openvino.__version__
         except ImportError as exc:
             skipped["openvino"] = str(exc)
@@ -202,6 +207,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between runs (spinning threads settle)")
+    parser.add_argument(
+        "--routes", type=lambda text: text.split(","), help="only these routes besides onnx_int8 (comma-separated)"
+    )
     parser.add_argument("--voice", default="af_heart")
     parser.add_argument("--model-dir", type=Path, default=settings.onnx_path(settings.models_dir))
     parser.add_argument("--out", type=Path, help="JSON output path")

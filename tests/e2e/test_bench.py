@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 
 from bench.abuse.payloads import PACK_SHAPE, multipart, understated_npz
-from bench.common import ROOT, SIXTY_WORDS, SPEED_FLAGS, Playback, host_info
+from bench.common import ROOT, SIXTY_WORDS, Playback, host_info
 from bench.concurrency import Listening
 from bench.contention import Trial, newcomer_row
 from bench.duplex_http import DuplexRequest
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens
 from bench.run_all import BENCHMARKS, run_one
 from bench.sweep import percentile, real_time_factor
+from engines.cpu_flags import SPEED_FLAGS
 from text.chunking import PhraseSegmenter
 
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from models.float_graph import GraphShapeError, dequantize
+from models.float_graph import GraphShapeError, atan2_as_torch, dequantize
 
 pytestmark = pytest.mark.unit
 
@@ -85,3 +85,37 @@ def test_a_graph_without_the_quantization_chains_it_expects_is_refused() -> None
     model.graph.initializer.append(numpy_helper.from_array(np.zeros((16, 2), dtype=np.int8), "w8"))
     with pytest.raises(GraphShapeError):
         dequantize(model)
+
+
+def exported_atan2() -> onnx.ModelProto:
+    """atan2(y, x) as torch exports it: Atan(y / x), then π added or taken away where x < 0 by the sign of y."""
+    pi = numpy_helper.from_array(np.array(np.pi, dtype=np.float32), "pi")
+    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    nodes = [
+        helper.make_node("Div", ["y", "x"], ["ratio"]),
+        helper.make_node("Atan", ["ratio"], ["a"]),
+        helper.make_node("Add", ["a", "pi"], ["up"]),
+        helper.make_node("Sub", ["a", "pi"], ["down"]),
+        helper.make_node("Greater", ["y", "zero"], ["y_positive"]),
+        helper.make_node("Where", ["y_positive", "up", "down"], ["turned"]),
+        helper.make_node("Less", ["x", "zero"], ["x_negative"]),
+        helper.make_node("Where", ["x_negative", "turned", "a"], ["phase"]),
+    ]
+    vector = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("y", "x")]
+    out = [helper.make_tensor_value_info("phase", TensorProto.FLOAT, [4])]
+    graph = helper.make_graph(nodes, "atan2", vector, out, [pi, zero])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_atan2_gives_torchs_plus_pi_where_y_is_exactly_zero_and_x_negative() -> None:
+    y = np.array([0.0, 1e-7, -1e-7, 0.5], dtype=np.float32)
+    x = np.array([-0.3, -0.3, -0.3, 0.5], dtype=np.float32)
+
+    def phase(model: onnx.ModelProto) -> np.ndarray:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return np.asarray(session.run(["phase"], {"y": y, "x": x})[0])
+
+    model = exported_atan2()
+    assert phase(model)[0] == pytest.approx(-np.pi)  # the export's rule: y = 0 takes the y < 0 side
+    assert atan2_as_torch(model.graph) == 1
+    np.testing.assert_allclose(phase(model), np.arctan2(y, x), atol=1e-6)  # torch.atan2 and numpy agree here

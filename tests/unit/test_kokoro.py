@@ -29,7 +29,14 @@ ENGLISH = SynthesisOptions(language=resolve_language("en"))
 
 def onnx_engine(model_dir: Path, max_packs: int = 64) -> KokoroEngine:
     return KokoroEngine(
-        backend="onnx", runtime="cpu", onnx_dir=model_dir, torch_model="", threads=1, max_packs=max_packs, caps=CAPS
+        backend="onnx",
+        runtime="cpu",
+        onnx_dir=model_dir,
+        torch_model="",
+        threads=1,
+        onnx_route="int8",
+        max_packs=max_packs,
+        caps=CAPS,
     )
 
 

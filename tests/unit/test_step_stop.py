@@ -1,5 +1,5 @@
 """A step under way stopped once its request is cancelled (engines.step_stop): Kokoro on ONNX Runtime ends its
-inference mid-run (`RunOptions.terminate`), the job ends as cancelled, and the engine serves the next request at
+inference mid-run (`RunOptions.terminate`), as on OpenVINO (`InferRequest.cancel`), the job ends as cancelled, and the engine serves the next request at
 once with the audio it always made."""
 
 from __future__ import annotations
@@ -56,21 +56,22 @@ def test_outside_a_step_nothing_stops() -> None:
 
 
 class Announced:
-    """A session whose `run` says when it starts."""
+    """A runner (engines/kokoro/onnx_routes.py) whose `run` says when it starts."""
 
-    def __init__(self, session: Any) -> None:
-        self.session = session
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
         self.running = threading.Event()
 
     def run(self, *args: Any) -> Any:
         self.running.set()
-        return self.session.run(*args)
+        return self.runner.run(*args)
 
 
-@pytest.fixture(scope="module")
-def engine(assembled_model: Path) -> Iterator[KokoroEngine]:
+@pytest.fixture(scope="module", params=["int8", "openvino-f32"])
+def engine(assembled_model: Path, request: pytest.FixtureRequest) -> Iterator[KokoroEngine]:
+    """Each route's runner (openvino-bf16 stops as openvino-f32 does, with the same code)."""
     caps = EngineCaps(first_chunk_chars=400, max_chunk_chars=400)
-    with loaded_onnx_kokoro(assembled_model, parallel_steps=1, caps=caps) as kokoro:
+    with loaded_onnx_kokoro(assembled_model, parallel_steps=1, caps=caps, onnx_route=request.param) as kokoro:
         yield kokoro
 
 
@@ -85,8 +86,8 @@ def test_an_inference_stopped_from_another_thread_ends_at_once_and_the_session_s
     backend = engine.backend
     assert isinstance(backend, OnnxBackend)
     before = speak(engine, SHORT)
-    announced = Announced(backend._session)
-    monkeypatch.setattr(backend, "_session", announced)
+    announced = Announced(backend._alone)
+    monkeypatch.setattr(backend, "_alone", announced)
     stop, ended = StepStop(), list[str]()
 
     def long_step() -> None:
@@ -138,8 +139,8 @@ async def test_a_request_cancelled_mid_step_frees_the_engine_and_the_next_is_ser
     engine = uncached.pool.engines["kokoro"]
     assert isinstance(engine, KokoroEngine) and isinstance(engine.backend, OnnxBackend)
     backend = engine.backend
-    announced = Announced(backend._session)
-    monkeypatch.setattr(backend, "_session", announced)
+    announced = Announced(backend._alone)
+    monkeypatch.setattr(backend, "_alone", announced)
     abandoned = asyncio.create_task(synthesize(uncached, LONG))
     assert await asyncio.to_thread(announced.running.wait, 60), "the long step did not start"
     abandoned.cancel()  # what a client that goes away does to its request

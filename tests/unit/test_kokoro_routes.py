@@ -1,0 +1,140 @@
+"""The Kokoro ONNX backend's routes (engines/kokoro/onnx_routes.py): chosen from the processor's flags, and the
+OpenVINO routes on the real model (derived in memory from the assembled int8 graph) speaking as int8 does, with
+word timings and steps beside each other."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.base import BuiltinVoice, EngineLoadError, SynthesisOptions
+from engines.cpu_flags import cpu_flags
+from engines.device import running_step
+from engines.kokoro import onnx_backend
+from engines.kokoro.engine import KokoroEngine
+from engines.kokoro.onnx_backend import OnnxBackend
+from engines.kokoro.onnx_routes import choose_route, openvino_installed
+from models.assemble import model_sum
+from tests.support.kokoro_engines import loaded_onnx_kokoro
+from text.languages import resolve_language
+
+ENGLISH = SynthesisOptions(language=resolve_language("en"))
+HEART = BuiltinVoice("af_heart", "en-us", "kokoro")
+SENTENCE = "The quick brown fox jumps over the lazy dog, and then it rests in the shade."
+
+ZEN4 = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16")
+SAPPHIRE_RAPIDS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+AMX_ONLY = ("avx2", "amx_tile", "amx_bf16")
+SKYLAKE = ("avx2", "fma", "avx512f")
+ZEN3 = ("avx2", "fma")
+
+
+@pytest.mark.parametrize("flags", [ZEN4, SAPPHIRE_RAPIDS, AMX_ONLY])
+def test_auto_takes_openvino_bf16_where_the_processor_runs_bf16_and_openvino_is_there(flags: tuple[str]) -> None:
+    assert choose_route("auto", flags, openvino=True) == "openvino-bf16"
+    assert choose_route("auto", flags, openvino=False) == "int8"
+
+
+@pytest.mark.parametrize("flags", [SKYLAKE, ZEN3, ()])
+def test_auto_keeps_int8_without_bf16_in_hardware(flags: tuple[str]) -> None:
+    assert choose_route("auto", flags, openvino=True) == "int8"
+
+
+def test_a_route_named_is_taken_whatever_the_flags() -> None:
+    assert choose_route("int8", SAPPHIRE_RAPIDS, openvino=True) == "int8"
+    assert choose_route("openvino-bf16", ZEN3, openvino=True) == "openvino-bf16"
+    assert choose_route("openvino-f32", (), openvino=False) == "openvino-f32"
+
+
+def test_the_backend_decides_auto_by_this_processors_flags(assembled_model: Path) -> None:
+    backend = OnnxBackend(assembled_model, threads=2)
+    assert backend.flags == cpu_flags()
+    assert backend.route == choose_route("auto", cpu_flags(), openvino_installed())
+    described = backend.describe()
+    assert described["route"] == backend.route and described["route_requested"] == "auto"
+    assert described["cpu_flags"] == backend.flags
+
+
+def test_an_openvino_route_without_openvino_is_a_clear_load_error(
+    assembled_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(onnx_backend, "openvino_installed", lambda: False)
+    backend = OnnxBackend(assembled_model, threads=2, route="openvino-bf16")
+    with pytest.raises(EngineLoadError, match="requirements-openvino.txt"):
+        backend.preflight()
+    assert OnnxBackend(assembled_model, threads=2).route == "int8"  # auto falls back
+
+
+def log_spectrum(audio: np.ndarray, frame: int = 1024) -> np.ndarray:
+    frames = np.lib.stride_tricks.sliding_window_view(audio, frame)[:: frame // 2] * np.hanning(frame)
+    return np.log10(np.mean(np.abs(np.fft.rfft(frames, axis=1)) ** 2, axis=0) + 1e-10)
+
+
+@pytest.fixture(scope="module")
+def int8(assembled_model: Path) -> Iterator[KokoroEngine]:
+    with loaded_onnx_kokoro(assembled_model, onnx_route="int8") as kokoro:
+        yield kokoro
+
+
+@pytest.fixture(scope="module", params=["openvino-bf16", "openvino-f32"])
+def openvino(assembled_model: Path, request: pytest.FixtureRequest) -> Iterator[KokoroEngine]:
+    with loaded_onnx_kokoro(assembled_model, onnx_route=request.param, parallel_steps=2) as kokoro:
+        yield kokoro
+
+
+def tokens_and_style(engine: KokoroEngine, text: str) -> tuple[list[int], np.ndarray]:
+    assert engine.g2p is not None
+    tokens = next(engine._token_windows(engine.g2p.phonemize(text, ENGLISH.language)))
+    return tokens, engine.prepare_voice(HEART)[len(tokens) - 1]
+
+
+@pytest.mark.slow
+def test_the_openvino_route_speaks_as_int8_does_with_each_tokens_frames(
+    int8: KokoroEngine, openvino: KokoroEngine, assembled_model: Path
+) -> None:
+    backend = openvino.backend
+    assert isinstance(backend, OnnxBackend) and int8.backend is not None
+    route = backend.route
+    digest = model_sum(assembled_model)
+    assert digest is not None and openvino.describe()["checkpoint"] == f"kokoro-82m-{route}@{digest[:16]}"
+    assert openvino.describe()["route"] == route
+    tokens, style = tokens_and_style(openvino, SENTENCE)
+    audio, durations = backend.infer_timed(tokens, style, 1.0)
+    reference, reference_durations = int8.backend.infer_timed(tokens, style, 1.0)
+    assert durations.dtype == np.int64 and durations.shape == (len(tokens) + 2,) and durations.min() >= 1
+    assert durations.sum() * 600 == len(audio)  # word timings come from these frames, 600 samples (25 ms) each
+    assert np.abs(durations - reference_durations).max() <= 1  # bf16 may move a rounding by one frame
+    assert abs(len(audio) - len(reference)) <= 600 * 3
+    # The float graph gives int8's voice: the same timbre (average log spectrum) and loudness. Before the export's
+    # atan2 was fixed (models/float_graph.py) OpenVINO gave 0.86-0.88 and 0.86x here.
+    assert np.corrcoef(log_spectrum(audio), log_spectrum(reference))[0, 1] > 0.95
+    assert 0.8 < np.sqrt(np.mean(audio**2)) / np.sqrt(np.mean(reference**2)) < 1.25
+    _, faster = backend.infer_timed(tokens, style, 2.0)
+    assert faster.sum() < 0.7 * durations.sum()
+
+
+@pytest.mark.slow
+def test_steps_beside_each_other_run_on_the_openvino_routes_second_model(openvino: KokoroEngine) -> None:
+    backend = openvino.backend
+    assert isinstance(backend, OnnxBackend) and openvino.steps_at_once == 2
+    tokens, style = tokens_and_style(openvino, "Short and quick.")
+    alone, alone_durations = backend.infer_timed(tokens, style, 1.0)
+    beside: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def step() -> None:
+        with running_step(beside=True):
+            beside.append(backend.infer_timed(tokens, style, 1.0))
+
+    workers = [threading.Thread(target=step) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert len(beside) == 2
+    for audio, durations in beside:  # one thread each instead of two: the same frames, the same voice
+        assert np.abs(durations - alone_durations).max() <= 1
+        assert np.corrcoef(log_spectrum(audio), log_spectrum(alone))[0, 1] > 0.98
