@@ -32,7 +32,7 @@ describe() {
     requirements.txt) echo "the server and the Kokoro ONNX default (about 1 minute)" ;;
     requirements-torch.txt) echo "PyTorch, Kokoro on PyTorch and VoxCPM2 (about 3 minutes; several GB on CUDA hosts)" ;;
     requirements-mlx.txt) echo "MLX and mlx-audio (about 1 minute)" ;;
-    requirements-openvino.txt) echo "OpenVINO for Kokoro's bf16 route (about 180 MB; this processor has avx512_bf16 or amx_bf16)" ;;
+    requirements-openvino.txt) echo "OpenVINO for Kokoro's OpenVINO routes (POLYTTS_KOKORO_ONNX_ROUTE; about 180 MB)" ;;
     requirements-dev.txt) echo "every engine and the test tools (about 4 minutes)" ;;
     requirements-nodeps.txt) echo "voxcpm, qwen-tts-hf, dots.tts and CosyVoice without their unused dependencies (seconds)" ;;
     *) echo "$1" ;;
@@ -51,10 +51,14 @@ install() {  # install a requirements file (plus pip options) into the venv unle
   echo "$sum" >"$stamp"
 }
 
-# OpenVINO (about 180 MB) runs Kokoro in bf16 faster than int8 ONNX Runtime only where the processor does bf16 in
-# hardware; elsewhere it would be weight on the install that nothing uses.
-bf16_cpu() {
-  grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null
+# OpenVINO (about 180 MB) is installed for Kokoro's OpenVINO routes only: asked for by name, or `auto` on a processor
+# that does bf16 in hardware (the default route, int8, does not use it).
+openvino_route() {
+  case ${POLYTTS_KOKORO_ONNX_ROUTE:-int8} in
+    openvino-*) return 0 ;;
+    auto) grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null ;;
+    *) return 1 ;;
+  esac
 }
 
 environment() {  # the venv with a requirements tier installed
@@ -63,7 +67,7 @@ environment() {  # the venv with a requirements tier installed
     "$PYTHON" -m venv "$VENV" || return 1
   fi
   install "$1" || { say "pip install -r $1 failed"; return 1; }
-  if [ "$1" != requirements-mlx.txt ] && bf16_cpu; then  # Kokoro's bf16 route (POLYTTS_KOKORO_ONNX_ROUTE)
+  if [ "$1" != requirements-mlx.txt ] && [ "$1" != requirements-dev.txt ] && openvino_route; then
     install requirements-openvino.txt || { say "pip install -r requirements-openvino.txt failed"; return 1; }
   fi
   if [ "$1" = requirements-torch.txt ] || [ "$1" = requirements-dev.txt ]; then  # voxcpm, without its declared dependencies

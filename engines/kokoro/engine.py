@@ -76,7 +76,7 @@ class KokoroEngine(Engine):
         mlx_cache_mb: int = 0,
         threads: int = 0,
         parallel_steps: int = 1,
-        onnx_route: RouteSetting = "auto",
+        onnx_route: RouteSetting = "int8",
         max_packs: int = 64,
         caps: EngineCaps,
     ) -> None:

@@ -54,7 +54,7 @@ class OnnxBackend(KokoroBackend):
     name = "onnx"
     device = "cpu"
 
-    def __init__(self, model_dir: Path, threads: int = 0, parallel: int = 1, route: RouteSetting = "auto") -> None:
+    def __init__(self, model_dir: Path, threads: int = 0, parallel: int = 1, route: RouteSetting = "int8") -> None:
         """`threads` 0: every core; `parallel` 0: from the threads (`AUTO_THREADS_PER_LANE`); `route` `auto`: from
         the processor's flags (`choose_route`)."""
         self.model_dir = model_dir

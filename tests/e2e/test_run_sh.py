@@ -40,7 +40,6 @@ def _env(tmp: Path, port: int, **extra: str) -> dict[str, str]:
             "POLYTTS_VOICES_DIR": str(tmp / "voices"),
             "POLYTTS_CACHE_DIR": str(tmp / "cache"),
             "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
-            "POLYTTS_KOKORO_ONNX_ROUTE": "int8",  # as every test server (tests/support/servers.py)
             "POLYTTS_WARM_ON_START": "false",
             "POLYTTS_VENV": sys.prefix,
             "PYTHONUNBUFFERED": "1",

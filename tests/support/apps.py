@@ -28,8 +28,7 @@ READY_S = 60.0
 @contextlib.contextmanager
 def kokoro_service(tmp: Path, onnx_dir: Path, **settings: Any) -> Iterator[Service]:
     """The service without its app, on the real Kokoro ONNX engine from `onnx_dir` (one thread, as a test server's),
-    its GPU thread running; the engine loads on first use, on the int8 route unless `settings` name another (as
-    `service_env`). `settings`: Settings fields."""
+    its GPU thread running; the engine loads on first use. `settings`: Settings fields."""
     built = build_service(
         load_settings(
             voices_dir=tmp / "voices",
@@ -37,7 +36,7 @@ def kokoro_service(tmp: Path, onnx_dir: Path, **settings: Any) -> Iterator[Servi
             lexicons_dir=tmp / "lexicons",
             kokoro_onnx_dir=onnx_dir,
             kokoro_backend="onnx",
-            **{"onnx_threads": 1, "kokoro_onnx_route": "int8", **settings},
+            **{"onnx_threads": 1, **settings},
         )
     )
     built.gpu.start()

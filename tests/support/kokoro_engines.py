@@ -14,8 +14,7 @@ from engines.kokoro.engine import KokoroEngine
 @contextlib.contextmanager
 def loaded_onnx_kokoro(model_dir: Path, **options: Any) -> Iterator[KokoroEngine]:
     """The engine on one CPU thread (the same audio as on more, for less CPU: threads spin between operators) with
-    chunks of 60 then 220 characters unless `threads` or `caps` say otherwise, and the int8 route unless `onnx_route`
-    names another, loaded for the duration; `options` are KokoroEngine's other arguments (`parallel_steps`, ...)."""
+    chunks of 60 then 220 characters unless `threads` or `caps` say otherwise, loaded for the duration; `options` are KokoroEngine's other arguments (`parallel_steps`, ...)."""
     kokoro = KokoroEngine(
         backend="onnx",
         runtime="cpu",
@@ -24,7 +23,6 @@ def loaded_onnx_kokoro(model_dir: Path, **options: Any) -> Iterator[KokoroEngine
         **{
             "threads": 1,
             "caps": EngineCaps(first_chunk_chars=60, max_chunk_chars=220),
-            "onnx_route": "int8",
             **options,
         },
     )

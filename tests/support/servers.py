@@ -29,9 +29,6 @@ def service_env(tmp: Path, **env: str) -> dict[str, str]:
         # One intra-op thread: the same audio for about a fifth less CPU than every core, whose threads spin
         # between operators, and no core taken from the other test worker (ONNX Runtime does not read OMP_NUM_THREADS).
         "POLYTTS_ONNX_THREADS": "1",
-        # The int8 route wherever the flags would pick another, so every node loads in a second and speaks the same
-        # samples on every host; the route tests name theirs (tests/e2e/test_server_kokoro_routes.py).
-        "POLYTTS_KOKORO_ONNX_ROUTE": "int8",
         # No Qwen3-TTS on PyTorch unless a test asks for it: tests use `qwen` as a family a node may lack.
         "POLYTTS_QWEN_MODEL": "",
         # No dots.tts either unless a test asks (tests/e2e/test_server_dots.py does).

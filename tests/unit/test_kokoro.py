@@ -34,7 +34,6 @@ def onnx_engine(model_dir: Path, max_packs: int = 64) -> KokoroEngine:
         onnx_dir=model_dir,
         torch_model="",
         threads=1,
-        onnx_route="int8",
         max_packs=max_packs,
         caps=CAPS,
     )

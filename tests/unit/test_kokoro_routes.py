@@ -51,7 +51,7 @@ def test_a_route_named_is_taken_whatever_the_flags() -> None:
 
 
 def test_the_backend_decides_auto_by_this_processors_flags(assembled_model: Path) -> None:
-    backend = OnnxBackend(assembled_model, threads=2)
+    backend = OnnxBackend(assembled_model, threads=2, route="auto")
     assert backend.flags == cpu_flags()
     assert backend.route == choose_route("auto", cpu_flags(), openvino_installed())
     described = backend.describe()
@@ -82,7 +82,7 @@ def int8(assembled_model: Path) -> Iterator[KokoroEngine]:
 
 @pytest.fixture(scope="module", params=["openvino-bf16", "openvino-f32"])
 def openvino(assembled_model: Path, request: pytest.FixtureRequest) -> Iterator[KokoroEngine]:
-    with loaded_onnx_kokoro(assembled_model, onnx_route=request.param, parallel_steps=2) as kokoro:
+    with loaded_onnx_kokoro(assembled_model, onnx_route=request.param, threads=2, parallel_steps=2) as kokoro:
         yield kokoro
 
 
