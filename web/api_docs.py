@@ -148,6 +148,21 @@ def file_answer(media_type: str, description: str) -> Responses:
     return {200: {"description": description, "content": {media_type: _BINARY}}}
 
 
+def event_stream(description: str, events: Sequence[str], data: Mapping[str, Any]) -> Responses:
+    """A 200 of server-sent events. Before Open API 3.2 (`itemSchema`) a stream's `schema` describes one event as its
+    readers parse it, `{"event", "data"}`: `events` the event names it may carry, `data` the JSON schema of its
+    `data:` line (as `contentSchema` of a JSON string)."""
+    event = {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"enum": list(events)},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": dict(data)},
+        },
+    }
+    return {200: {"description": description, "content": {"text/event-stream": {"schema": event}}}}
+
+
 def file_body(media_type: str, description: str) -> dict[str, Any]:
     """`openapi_extra` of a route that reads a whole binary body itself (not through a parameter)."""
     return {"requestBody": {"required": True, "description": description, "content": {media_type: _BINARY}}}

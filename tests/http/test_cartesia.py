@@ -22,6 +22,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from bench import asr
 from tests.support.apps import InProcessApp
+from tests.support.openapi import assert_documented_events
 from tests.support.polling import wait_until
 from tests.support.servers import outcomes
 
@@ -132,6 +133,7 @@ def test_sse_sends_chunks_timestamps_then_done(client: TestClient, seconds: floa
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
     events = sse_events(response.text)
     assert events[-1] == {"type": "done", "done": True, "status_code": 200, "context_id": "turn-1"}
+    assert_documented_events(client.get("/openapi.json").json(), f"{BASE}/sse", "post", response.text)
     audio = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "chunk")
     assert len(audio) / 2 / 24000 == pytest.approx(seconds, abs=0.02)
     assert all(e["step_time"] >= 0 for e in events if e["type"] == "chunk")

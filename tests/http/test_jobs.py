@@ -26,6 +26,7 @@ from gpu.jobs import Job
 from jobs.webhook import SIGNATURE_HEADER, webhook_secret
 from lifecycle.service import Service
 from tests.support.apps import InProcessApp
+from tests.support.openapi import assert_documented_events
 from tests.support.polling import wait_until
 
 CHAPTERS = [
@@ -118,6 +119,7 @@ def test_progress_events_end_with_the_job(app: InProcessApp, done_job: dict[str,
     events = [block for block in answer.text.split("\n\n") if block.startswith("event: progress")]
     last = json.loads(events[-1].split("data: ", 1)[1])
     assert last["state"] == "done" and last["job_id"] == done_job["job_id"]
+    assert_documented_events(app.client.get("/openapi.json").json(), "/jobs/{job_id}/events", "get", answer.text)
 
 
 def test_a_job_belongs_to_its_key(app: InProcessApp, done_job: dict[str, Any]) -> None:

@@ -3,6 +3,8 @@ read whole; the segmenter never cuts inside one (the native live WebSocket: test
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from errors import InvalidInput
@@ -22,8 +24,8 @@ def pronounce(text: str, edits: list[Edit], language: str | None, rate: float | 
     return Spoken.of(text).edited(edits) if edits else Spoken.of(text)
 
 
-def chunks_of(pieces: list[str], ssml: bool | None = None) -> list[Chunk]:
-    text = LiveText(PhraseSegmenter(60, 120), 10_000, lambda: None, pronounce=pronounce, ssml=ssml)
+def chunks_of(pieces: list[str], ssml: bool | None = None, voice: Callable[[str], None] | None = None) -> list[Chunk]:
+    text = LiveText(PhraseSegmenter(60, 120), 10_000, lambda: None, pronounce=pronounce, ssml=ssml, voice=voice)
     for piece in pieces:
         text.add(piece)
     text.close()
@@ -135,13 +137,7 @@ def voiced_chunks(pieces: list[str], stock: frozenset[str] = frozenset({"am_adam
             raise InvalidInput(f"no stock voice {name!r}", code="invalid_ssml")
         checked.append(name)
 
-    text = LiveText(PhraseSegmenter(60, 120), 10_000, lambda: None, pronounce=pronounce, voice=check)
-    for piece in pieces:
-        text.add(piece)
-    text.close()
-    chunks = []
-    while (taken := text.take()) is not None:
-        chunks.append(taken[0])
+    chunks = chunks_of(pieces, voice=check)
     assert list(dict.fromkeys(checked)) == list(dict.fromkeys(chunk.voice for chunk in chunks if chunk.voice))
     return chunks
 

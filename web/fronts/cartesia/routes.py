@@ -56,14 +56,17 @@ _AUDIO: dict[int | str, dict[str, Any]] = {
         ),
     }
 }
-_EVENTS: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "Server-sent events, each `data:` a JSON object: `chunk` (`data`: base64 audio in "
-        "`output_format`), `timestamps` (`word_timestamps`: `words`, `start`, `end` in seconds) where "
-        "`add_timestamps` asked, then `done`; `error` if the synthesis fails once started.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    }
-}
+_EVENTS = api_docs.event_stream(
+    "Server-sent events, each `data:` a JSON object: `chunk` (`data`: base64 audio in `output_format`), `timestamps` "
+    "(`word_timestamps`: `words`, `start`, `end` in seconds) where `add_timestamps` asked, then `done`; `error` if the "
+    "synthesis fails once started.",
+    ["chunk", "timestamps", "done", "error"],
+    {
+        "type": "object",
+        "required": ["type", "done"],
+        "properties": {"type": {"type": "string"}, "done": {"type": "boolean"}},
+    },
+)
 _OK = {"status_code": 200}
 
 

@@ -87,7 +87,14 @@ async def get_job(job_id: str, service: ServiceDep, principal: Principal) -> Job
 @router.get(
     "/jobs/{job_id}/events",
     response_class=StreamingResponse,
-    responses={**api_docs.file_answer("text/event-stream", "A `progress` event per change."), **api_docs.errors(404)},
+    responses={
+        **api_docs.event_stream(
+            "A `progress` event per change, its data the job's status.",
+            ["progress"],
+            {"$ref": "#/components/schemas/JobStatus"},
+        ),
+        **api_docs.errors(404),
+    },
 )
 async def job_events(job_id: str, service: ServiceDep, principal: Principal) -> StreamingResponse:
     """Server-sent events: `progress` with the job's status each time it changes, until it ends."""
