@@ -313,12 +313,15 @@ def test_a_lexicon_follows_the_request_to_a_peer(peers: tuple[ServerProcess, Ser
         assert unknown.status_code == 404 and unknown.json()["code"] == "lexicon_not_found"
 
 
-def test_dictionaries_and_lexicon_bundles_follow_the_request_to_a_peer(tmp_path: Path, assembled_model: Path) -> None:
+def test_dictionaries_and_lexicon_bundles_follow_the_request_to_a_peer(
+    peers: tuple[ServerProcess, ServerProcess],
+) -> None:
     """A vendor front's dictionary kept by one node pronounces a request naming it on another (ElevenLabs'
     `pronunciation_dictionary_locators`, with and without a version, and Cartesia's `pronunciation_dict_id`); one
     no node keeps is a 404 in the vendor's shape; a lexicon's bundle imports on another node with its id."""
     alias = "a banana split with whipped cream"
-    with peers(tmp_path) as (a, b), a.client() as on_a, b.client() as on_b:
+    a, b = peers
+    with a.client() as on_a, b.client() as on_b:
         rules = {"name": "brands", "rules": [{"type": "alias", "string_to_replace": "Zorblax", "alias": alias}]}
         made = on_a.post("/elevenlabs/v1/pronunciation-dictionaries/add-from-rules", json=rules).json()
         say = "/elevenlabs/v1/text-to-speech/af_heart?output_format=pcm_24000"

@@ -79,8 +79,10 @@ def test_a_bundle_imports_the_lexicon_with_its_id(app: InProcessApp) -> None:
     again = client.put(f"/lexicons/{lexicon_id}/bundle", content=bundle)
     assert again.status_code == 200 and again.json()["created"] is False
     assert client.get(f"/lexicons/{lexicon_id}").json()["lexemes"][1]["phoneme"] == "kˈOkəɹO"
-    said = client.post("/tts", json={"text": "Zorblax.", "lexicons": [lexicon_id]})
-    assert said.status_code == 200 and said.content == client.post("/tts", json={"text": "banana split."}).content
+    # Words of its own: the cache is the module's, and the alias test counts on its first "Zorblax." missing it.
+    said = client.post("/tts", json={"text": "Imported Zorblax.", "lexicons": [lexicon_id]})
+    meant = client.post("/tts", json={"text": "Imported banana split."})
+    assert said.status_code == 200 and said.content == meant.content
 
 
 def _bundle(lexemes: list[dict[str, object]], **fields: object) -> str:
