@@ -1,10 +1,11 @@
-"""How the Kokoro ONNX backend runs its graph: the route, chosen from the processor's flags, and one runner per route.
+"""How the Kokoro ONNX backend runs its graph: the route (int8 unless the setting names another, or `auto` chooses it from
+the processor's flags), and one runner per route.
 
 - `int8`: the assembled int8 graph on ONNX Runtime. Everywhere; the only route without the `openvino` package.
 - `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived in memory at load
   from the assembled int8 one: nothing downloaded, nothing more on disk) on OpenVINO's runtime with its inference
-  precision set to bf16, which it runs in hardware on AVX512-BF16 or AMX. `auto` takes it where the flags show
-  either and `openvino` is installed (./run.sh installs it only there).
+  precision set to bf16, which it runs in hardware on AVX512-BF16 or AMX. Opt-in (its audio grows quieter with a step's
+  length); `auto` takes it where the flags show either and `openvino` is installed (./run.sh installs it then).
 - `openvino-f32`: that float graph on OpenVINO in f32: the route's numbers without bf16, for any x86 CPU (the tests
   run it wherever OpenVINO runs; it is not faster than `int8`).
 
