@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import logging
 import queue
 from collections.abc import Collection
 from pathlib import Path
@@ -26,6 +27,8 @@ import numpy as np
 from engines.cpu_flags import BF16_FLAGS
 from engines.step_stop import StepStopped, on_stop, stopped
 from models.assemble import DURATIONS_OUTPUT
+
+log = logging.getLogger("polytts.engines.kokoro")
 
 OnnxRoute = Literal["int8", "openvino-bf16", "openvino-f32"]
 RouteSetting = Literal["auto", "int8", "openvino-bf16", "openvino-f32"]
@@ -78,17 +81,42 @@ class OrtRunner:
 
 
 class OpenVinoRunner:
-    """One model compiled by OpenVINO for the CPU; an infer request per call in flight (kept for the next)."""
+    """One model compiled by OpenVINO for the CPU; an infer request per call in flight (kept for the next).
+
+    A cancelled inference can leave the CPU plugin's shared graph in the shapes it was stopped in: the next inference
+    of another length then fails inside the plugin (seen once in CI on an AMX machine: "Convert node ... has different
+    elements number in input and output buffers"). So the first inference after a cancel that fails is run again once
+    on a freshly compiled model, and the runner serves on from that one."""
 
     def __init__(self, model: Any, precision: str, threads: int) -> None:
         """`model`: an `openvino.Model` (see `read_float_graph`)."""
+        self._model = model
+        self._config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
+        self._compiled = self._compile()
+        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cancelled = False
+        self.recompiled = 0
+
+    def _compile(self) -> Any:
         import openvino as ov
 
-        config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
-        self._compiled = ov.Core().compile_model(model, "CPU", config)
-        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        return ov.Core().compile_model(self._model, "CPU", self._config)
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            return self._infer(inputs)
+        except RuntimeError:
+            if stopped() or not self._cancelled:
+                raise
+            log.warning("OpenVINO inference failed after a cancelled one: compiling the model again")
+            self._compiled, self._idle = self._compile(), queue.SimpleQueue()
+            self.recompiled += 1
+            return self._infer(inputs)
+        finally:
+            if stopped():
+                self._cancelled = True
+
+    def _infer(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         try:
             request = self._idle.get_nowait()
         except queue.Empty:
@@ -106,6 +134,7 @@ class OpenVinoRunner:
                 raise StepStopped("inference stopped: its request was cancelled") from exc
             raise
         self._idle.put(request)
+        self._cancelled = False
         return audio, durations
 
     @property

@@ -4,6 +4,7 @@ word timings and steps beside each other."""
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,9 @@ from engines.device import running_step
 from engines.kokoro import onnx_backend
 from engines.kokoro.engine import KokoroEngine
 from engines.kokoro.onnx_backend import OnnxBackend
-from engines.kokoro.onnx_routes import choose_route, openvino_installed
-from models.assemble import model_sum
+from engines.kokoro.onnx_routes import OpenVinoRunner, choose_route, openvino_installed
+from engines.step_stop import StepStop, StepStopped, within
+from models.assemble import DURATIONS_OUTPUT, model_sum
 from tests.support.kokoro_engines import loaded_onnx_kokoro
 from text.languages import resolve_language
 
@@ -138,3 +140,52 @@ def test_steps_beside_each_other_run_on_the_openvino_routes_second_model(openvin
     for audio, durations in beside:  # one thread each instead of two: the same frames, the same voice
         assert np.abs(durations - alone_durations).max() <= 1
         assert np.corrcoef(log_spectrum(audio), log_spectrum(alone))[0, 1] > 0.98
+
+
+class FailingOnce:
+    """A compiled model whose next infer request fails as the CPU plugin's did after a cancel (seen once in CI)."""
+
+    def __init__(self, compiled: object) -> None:
+        self.compiled = compiled
+
+    def create_infer_request(self) -> object:
+        request = self.compiled.create_infer_request()  # type: ignore[attr-defined]
+
+        def fail(inputs: object) -> None:
+            raise RuntimeError("Convert node with name 'Convert_1' has different elements number in input and output")
+
+        request.start_async = fail
+        return request
+
+
+def echo_model() -> object:
+    """A real OpenVINO model with the Kokoro graph's input and outputs: audio is the tokens as floats."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    tokens = ops.parameter([1, -1], ov.Type.i64, name="tokens")
+    audio = ops.convert(tokens, ov.Type.f32)
+    durations = ops.convert(tokens, ov.Type.i64)
+    audio.output(0).get_tensor().set_names({"audio"})
+    durations.output(0).get_tensor().set_names({DURATIONS_OUTPUT})
+    return ov.Model([audio, durations], [tokens])
+
+
+@pytest.mark.skipif(not openvino_installed(), reason="requirements-openvino.txt is in requirements-dev.txt")
+def test_an_inference_failing_after_a_cancelled_one_runs_again_on_a_fresh_compile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = OpenVinoRunner(echo_model(), "f32", threads=1)
+    row = {"tokens": np.array([[0, 5, 7, 0]], dtype=np.int64)}
+    stop = StepStop()
+    stop.set()
+    with within(stop), pytest.raises(StepStopped):
+        runner.run(row)
+    runner._compiled = FailingOnce(runner._compiled)
+    audio, durations = runner.run({"tokens": np.array([[0, 5, 7, 9, 0]], dtype=np.int64)})
+    assert audio.tolist() == [0.0, 5.0, 7.0, 9.0, 0.0] and durations.tolist() == [0, 5, 7, 9, 0]
+    assert runner.recompiled == 1 and "compiling the model again" in caplog.text
+    runner._compiled, runner._idle = FailingOnce(runner._compiled), queue.SimpleQueue()  # no cancel before it:
+    with pytest.raises(RuntimeError, match="Convert node"):  # a failure is the caller's, not run again
+        runner.run(row)
+    assert runner.recompiled == 1
