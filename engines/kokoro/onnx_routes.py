@@ -95,7 +95,6 @@ class OpenVinoRunner:
         self._compiled = self._compile()
         self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._cancelled = False
-        self.recompiled = 0
 
     def _compile(self) -> Any:
         import openvino as ov
@@ -105,16 +104,15 @@ class OpenVinoRunner:
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         try:
             return self._infer(inputs)
+        except StepStopped:
+            self._cancelled = True
+            raise
         except RuntimeError:
-            if stopped() or not self._cancelled:
+            if not self._cancelled:
                 raise
             log.warning("OpenVINO inference failed after a cancelled one: compiling the model again")
             self._compiled, self._idle = self._compile(), queue.SimpleQueue()
-            self.recompiled += 1
             return self._infer(inputs)
-        finally:
-            if stopped():
-                self._cancelled = True
 
     def _infer(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         try:
