@@ -1,12 +1,18 @@
 """Jobs: a long job's throughput alone and beside interactive load, and what a running job costs an interactive
 newcomer's first audio.
 
-    python -m bench.jobs [--chars 100000] [--newcomers 5] [--url URL] [--out PATH]
+    python -m bench.jobs [--chars 100000] [--alone-pieces 6] [--beside-pieces 3] [--whole] [--url URL] [--out PATH]
 
-Figures: `alone` (a job of `--chars` characters on an idle node: wall time, characters and audio seconds per second),
-`beside` (the same job while interactive streams come one after another: the job's throughput then, and the streams'
-first audio), and `newcomer` (the median first audio of a short stream on an idle node and while a job runs: the
-difference is what the job costs the newcomer, at most one job step by design). Writes
+One job of `--chars` characters (a book in chapters of about 5,000) is submitted once and measured in two windows of
+whole pieces, from one piece's end to a later one's, as the node reports them in `GET /jobs/{id}`: `alone`
+(`--alone-pieces` pieces on an otherwise idle node, after the first piece, which pays for planning and warm-up) and
+`beside` (`--beside-pieces` pieces while short interactive streams come one after another, counted from the first
+piece that ended after they began). Then the job is cancelled and removed, or with `--whole` run to its end (about
+85 minutes for 100,000 characters on a 2-core machine alone). So a 100,000-character job's speed is measured in about
+15 minutes; the node's own ETA after the alone window is kept beside the projection from the measured speed.
+
+`newcomer`: the median first audio of a short stream on the idle node before the job, and while it runs: the
+difference is what the job costs the newcomer (at most one job step by design). Writes
 `bench/results/jobs-<UTC time>.json` (or `--out`). Timings move with the host's load; the JSON records it.
 """
 
@@ -18,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -32,7 +39,8 @@ SENTENCES = (
     "A ship went by far out, its lamps like a row of stars.",
     "Nobody came to the island in winter, and he liked it so.",
 )
-POLL_S = 0.5
+POLL_S = 0.25
+KEY = "narrator"
 
 
 def book(chars: int) -> dict[str, Any]:
@@ -51,26 +59,42 @@ def book(chars: int) -> dict[str, Any]:
     return {"chapters": chapters, "format": "opus"}
 
 
-def run_job(client: httpx.Client, body: dict[str, Any], key: str) -> dict[str, Any]:
-    """Submit a job and wait for its end: its wall time and throughput."""
-    began = time.perf_counter()
-    answer = client.post("/jobs", json=body, headers={"X-Fairness-Key": key})
-    answer.raise_for_status()
-    job_id = answer.json()["job_id"]
-    while (status := client.get(f"/jobs/{job_id}", headers={"X-Fairness-Key": key}).json())["state"] in (
-        "queued",
-        "running",
-    ):
-        time.sleep(POLL_S)
-    wall_s = time.perf_counter() - began
-    client.delete(f"/jobs/{job_id}", headers={"X-Fairness-Key": key})
+@dataclass
+class Progress:
+    """A running job as its status says it, read every POLL_S: the moments its pieces ended."""
+
+    client: httpx.Client
+    job_id: str
+    ends: list[tuple[float, int, float]] = field(default_factory=list)
+    """(time, characters done, audio seconds done) at each piece's end, as first seen."""
+    last: dict[str, Any] = field(default_factory=dict)
+
+    def poll(self) -> dict[str, Any]:
+        answer = self.client.get(f"/jobs/{self.job_id}", headers={"X-Fairness-Key": KEY})
+        answer.raise_for_status()
+        self.last = answer.json()
+        done = self.last["pieces_done"]
+        while len(self.ends) < done:  # a poll sees each piece's end at most POLL_S late
+            self.ends.append((time.perf_counter(), self.last["chars_done"], self.last["audio_seconds"]))
+        return self.last
+
+    def wait_pieces(self, count: int) -> None:
+        """Until `count` pieces have ended, or the job has."""
+        while len(self.ends) < count and self.poll()["state"] in ("queued", "running"):
+            time.sleep(POLL_S)
+
+
+def window(ends: list[tuple[float, int, float]], first: int, last: int) -> dict[str, Any]:
+    """Throughput between the end of piece `first` and the end of piece `last` (indexes into `ends`)."""
+    (t0, c0, a0), (t1, c1, a1) = ends[first], ends[last]
+    seconds = t1 - t0
     return {
-        "state": status["state"],
-        "chars": status["chars_total"],
-        "audio_s": status["audio_seconds"],
-        "wall_s": wall_s,
-        "chars_per_s": status["chars_total"] / wall_s,
-        "audio_s_per_s": status["audio_seconds"] / wall_s,
+        "pieces": last - first,
+        "chars": c1 - c0,
+        "audio_s": round(a1 - a0, 3),
+        "wall_s": round(seconds, 3),
+        "chars_per_s": (c1 - c0) / seconds if seconds > 0 else None,
+        "audio_s_per_s": (a1 - a0) / seconds if seconds > 0 else None,
     }
 
 
@@ -92,25 +116,47 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         wait_idle(client)
         listen(url, SHORT_TEXT, "warm-up")
         solo = newcomers(url, args.newcomers)
-        alone = run_job(client, body, "narrator-alone")
-        wait_idle(client)
+        began = time.perf_counter()
+        answer = client.post("/jobs", json=body, headers={"X-Fairness-Key": KEY})
+        answer.raise_for_status()
+        progress = Progress(client, answer.json()["job_id"])
+        accepted_s = time.perf_counter() - began
+        progress.wait_pieces(1 + args.alone_pieces)
+        alone = window(progress.ends, 0, args.alone_pieces)
+        eta_s = progress.last.get("eta_s")
         stop = threading.Event()
         during: list[float] = []
-
-        def load() -> None:
-            during.extend(newcomers(url, 10**6, stop))
-
-        loader = threading.Thread(target=load)
+        loader = threading.Thread(target=lambda: during.extend(newcomers(url, 10**6, stop)))
         loader.start()
         try:
-            beside = run_job(client, body, "narrator-beside")
+            progress.wait_pieces(len(progress.ends) + 1)  # the piece under way when they began
+            first = len(progress.ends) - 1
+            progress.wait_pieces(first + 1 + args.beside_pieces)
         finally:
             stop.set()
             loader.join()
+        beside = window(progress.ends, first, len(progress.ends) - 1)
+        if args.whole:
+            progress.wait_pieces(progress.last["pieces_total"])
+        status = progress.poll()
+        client.delete(f"/jobs/{progress.job_id}", headers={"X-Fairness-Key": KEY})
     solo_s = statistics.median(solo) if solo else None
     during_s = statistics.median(during) if during else None
+    speed = alone["chars_per_s"]
     return {
         "chars": args.chars,
+        "job": {
+            "chars_total": status["chars_total"],
+            "pieces_total": status["pieces_total"],
+            "chapters_total": status["chapters_total"],
+            "accepted_s": round(accepted_s, 3),
+            "pieces_done": status["pieces_done"],
+            "state": status["state"],
+            "whole": args.whole,
+            "wall_s": round(time.perf_counter() - began, 3),
+            "node_eta_s_after_alone": eta_s,
+            "projected_alone_s": status["chars_total"] / speed if speed else None,
+        },
         "alone": alone,
         "beside": {**beside, "newcomers": len(during), "newcomer_ttfa_s": stats(during)},
         "newcomer": {
@@ -118,17 +164,20 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "beside_a_job_ttfa_s": during_s,
             "cost_s": during_s - solo_s if solo_s is not None and during_s is not None else None,
         },
-        "throughput_kept": beside["chars_per_s"] / alone["chars_per_s"],
-        "failed": [name for name, run in (("alone", alone), ("beside", beside)) if run["state"] != "done"],
+        "throughput_kept": beside["chars_per_s"] / speed if speed and beside["chars_per_s"] else None,
+        "failed": [] if status["state"] in (("done",) if args.whole else ("running", "queued", "done")) else ["jobs"],
     }
 
 
 def describe(figure: dict[str, Any]) -> str:
-    alone, beside, newcomer = figure["alone"], figure["beside"], figure["newcomer"]
+    job, alone, beside, newcomer = figure["job"], figure["alone"], figure["beside"], figure["newcomer"]
     return (
-        f"job of {figure['chars']} chars: alone {alone['chars_per_s']:.0f} chars/s ({alone['audio_s_per_s']:.1f}x "
-        f"real time), beside {beside['newcomers']} newcomers {beside['chars_per_s']:.0f} chars/s; newcomer first "
-        f"audio {newcomer['solo_ttfa_s']} s alone, {newcomer['beside_a_job_ttfa_s']} s beside the job"
+        f"job of {job['chars_total']} chars in {job['pieces_total']} pieces (accepted in {job['accepted_s']} s): "
+        f"alone {alone['chars_per_s']:.1f} chars/s ({alone['audio_s_per_s']:.2f} s of audio per s, {alone['pieces']} "
+        f"pieces; whole job {job['projected_alone_s'] / 60:.0f} min at that speed, node's ETA "
+        f"{job['node_eta_s_after_alone']} s), beside {beside['newcomers']} newcomers {beside['chars_per_s']:.1f} "
+        f"chars/s; newcomer first audio {newcomer['solo_ttfa_s']:.2f} s alone, "
+        f"{newcomer['beside_a_job_ttfa_s']:.2f} s beside the job"
     )
 
 
@@ -136,6 +185,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="a running server (its own settings apply)")
     parser.add_argument("--chars", type=int, default=100_000, help="characters of the job (default 100000)")
+    parser.add_argument("--alone-pieces", type=int, default=6, help="pieces timed on an idle node (default 6)")
+    parser.add_argument("--beside-pieces", type=int, default=3, help="pieces timed beside newcomers (default 3)")
+    parser.add_argument("--whole", action="store_true", help="run the job to its end (else cancel after the windows)")
     parser.add_argument("--newcomers", type=int, default=5, help="streams for the idle first-audio median (default 5)")
 
     def env(args: argparse.Namespace) -> dict[str, str]:

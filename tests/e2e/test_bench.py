@@ -22,6 +22,7 @@ from bench.common import ROOT, SIXTY_WORDS, Playback, host_info
 from bench.concurrency import Listening
 from bench.contention import Trial, newcomer_row
 from bench.duplex_http import DuplexRequest
+from bench.jobs import book, window
 from bench.live import LiveRun, Phrase, analyse, phrases, tokens
 from bench.run_all import BENCHMARKS, run_one
 from bench.sweep import percentile, real_time_factor
@@ -66,6 +67,22 @@ def test_the_sweep_takes_percentiles_by_nearest_rank_and_a_streams_real_time_fac
     playback.heard(2.0, now=12.0)
     assert real_time_factor(Listening(status=200, playback=playback, total_s=3.0)) == pytest.approx(0.5)
     assert real_time_factor(Listening(status=429)) is None
+
+
+def test_a_jobs_window_is_timed_from_one_pieces_end_to_a_later_ones_and_the_book_is_as_long_as_asked() -> None:
+    ends = [(100.0, 800, 50.0), (140.0, 1600, 100.0), (180.0, 2400, 150.0), (260.0, 3200, 200.0)]
+    assert window(ends, 0, 2) == {
+        "pieces": 2,
+        "chars": 1600,
+        "audio_s": 100.0,
+        "wall_s": 80.0,
+        "chars_per_s": 20.0,
+        "audio_s_per_s": 1.25,
+    }
+    assert window(ends, 2, 3)["chars_per_s"] == 10.0
+    chapters = book(100_000)["chapters"]
+    length = sum(len(chapter["text"]) for chapter in chapters)
+    assert abs(length - 100_000) < 200 and all(len(chapter["text"]) <= 5_100 for chapter in chapters)
 
 
 def test_the_host_names_the_processor_flags_that_decide_the_engines_speed() -> None:
