@@ -12,8 +12,9 @@ chunks each segment. The elements:
 - `<sub alias>` the alias said, its content the word as written (word timings name it).
 - `<phoneme alphabet ph>` its content said with the phonemes (text.phonemes converts IPA, X-SAMPA, ARPAbet).
 - `<say-as interpret-as>`: `characters` and `spell-out` letter by letter (English letter names on English text),
-  `digits` digit by digit, `ordinal` as an ordinal; `cardinal`, `date`, `time` and `telephone` are read as the
-  language's normalization reads numbers, dates, times and phone numbers.
+  `digits` digit by digit, `ordinal` as an ordinal, `cardinal` as a number (never a year), `telephone` digit by
+  digit in its written groups, `date` in the order its `format` names (mdy, dmy, ymd, md, ...), `time` as a clock
+  ("1430" fourteen thirty); the language's normalization then says them in words.
 - `<prosody rate="x-slow|slow|medium|fast|x-fast|<n>%">` the span's speed (times the request's).
 - `<lang xml:lang>` the span's language, read by that language's G2P in the same voice.
 - `<lexicon uri>` a stored lexicon (its id, or a URL ending in it) applied to the whole document.
@@ -50,6 +51,10 @@ _LETTERS = dict(
     )
 )
 _ORDINAL_SUFFIX = {"1": "st", "2": "nd", "3": "rd"}
+_NUMBER = re.compile(r"^([-−])?(\d+)(\.\d+)?$")
+_CLOCK_DIGITS = re.compile(r"^([01]?\d|2[0-3])([0-5]\d)$")
+_DATE_FORMAT = re.compile(r"^(?!.*(.).*\1)[dmy]{1,3}$")
+_MONTHS = "January February March April May June July August September October November December".split()
 _PLAIN = frozenset({"speak", "emphasis", "p", "s", "paragraph", "sentence"})
 
 
@@ -294,10 +299,62 @@ class _Reader:
                 raise _invalid(element, f"say-as ordinal of {content[:20]!r}, which is not a number")
             suffix = "th" if digits[-2:-1] == "1" else _ORDINAL_SUFFIX.get(digits[-1], "th")
             self.said(content, digits + suffix)
-        elif kind in ("cardinal", "number", "date", "time", "telephone"):
-            self.append(" " + content + " ")
+        elif kind in ("cardinal", "number"):
+            self.said(content, _cardinal(element, content, self.english))
+        elif kind == "telephone":
+            self.said(content, _telephone(element, content, self.english))
+        elif kind == "date":
+            self.said(content, _date(element, content, self.english))
+        elif kind == "time":
+            clock = _CLOCK_DIGITS.match(content)
+            self.said(content, f"{clock.group(1)}:{clock.group(2)}" if clock else content)
         else:
             raise _invalid(element, f"say-as interpret-as {kind!r} is not one this node reads")
+
+
+def _cardinal(element: Element, content: str, english: bool) -> str:
+    """A number said as a number, never as a year or digit by digit: "1430" one thousand four hundred thirty."""
+    plain = re.sub(r"[\s,_]", "", content) if english else content
+    match = _NUMBER.match(plain)
+    if not match:
+        raise _invalid(element, f"say-as cardinal of {content[:20]!r}, which is not a number")
+    if not english:
+        return content  # the language's own normalization reads its numbers as written
+    sign, whole, fraction = match.groups()
+    return f"{'-' if sign else ''}{int(whole):,}{fraction or ''}"  # grouped: read as a cardinal, never a year
+
+
+def _telephone(element: Element, content: str, english: bool) -> str:
+    """A phone number digit by digit in the groups it is written in, a pause between groups: "+44 20 7946 0958"."""
+    groups = re.findall(r"\d+", content)
+    if not groups:
+        raise _invalid(element, f"say-as telephone of {content[:20]!r}, which has no digits")
+    spoken = ", ".join(" ".join(group) for group in groups)
+    return ("plus " if english else "+") + spoken if content.lstrip().startswith("+") else spoken
+
+
+def _date(element: Element, content: str, english: bool) -> str:
+    """A date in the order `format` names (SSML's "mdy", "dmy", "ymd", "md", "dm", "ym", "my", "y", "m", "d"; by
+    default year first where it has four digits, else month first in English and day first elsewhere), said as the
+    language says dates (a whole date as ISO 8601, which every language's normalization reads)."""
+    parts = re.findall(r"\d+", content)
+    order = element.attrs.get("format") or ("ymd" if parts and len(parts[0]) == 4 else "mdy" if english else "dmy")
+    if not _DATE_FORMAT.match(order) or len(parts) != len(order):
+        raise _invalid(element, f"say-as date {content[:20]!r} does not match the format {order[:8]!r}")
+    found = {field: int(value) for field, value in zip(order, parts)}
+    year = found.get("y")
+    if year is not None and year < 100 and len(parts[order.index("y")]) <= 2:
+        year += 2000
+    month, day = found.get("m"), found.get("d")
+    if month is not None and not 1 <= month <= 12 or day is not None and not 1 <= day <= 31:
+        raise _invalid(element, f"say-as date {content[:20]!r} is no date in the format {order!r}")
+    if year is not None and month is not None and day is not None:
+        return f"{year:04d}-{month:02d}-{day:02d}"
+    if not english:
+        return content
+    month_name = _MONTHS[month - 1] if month is not None else ""
+    ordinal = f"{day}{'th' if day // 10 == 1 else _ORDINAL_SUFFIX.get(str(day % 10), 'th')}" if day else ""
+    return " ".join(part for part in (month_name, ordinal, str(year) if year is not None else "") if part)
 
 
 def break_seconds(element: Element) -> float:

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from errors import InvalidInput
+from text.normalize import normalize_english
 from text.phoneme_spans import decoded
 from text.ssml import is_ssml, parse_ssml, with_vendor_tags
 
@@ -52,6 +53,47 @@ def test_sub_phoneme_and_say_as_say_spans_their_way_and_keep_the_words_as_writte
     assert edits[4][0] == "tomato" and decoded(edits[4][1]) == "təˈmɑːtO"
 
 
+def test_say_as_reads_numbers_phones_dates_and_times_as_they_are_meant() -> None:
+    document = (
+        '<speak><say-as interpret-as="cardinal">1430</say-as>; <say-as interpret-as="telephone">+44 20 7946 0958'
+        '</say-as>; <say-as interpret-as="date" format="dmy">31/12/2024</say-as>; <say-as interpret-as="date">'
+        '12/31/24</say-as>; <say-as interpret-as="date">2024-02-29</say-as>; <say-as interpret-as="date" format="md">'
+        '12-31</say-as>; <say-as interpret-as="date" format="my">03/1999</say-as>; <say-as interpret-as="time">1430'
+        '</say-as>; <say-as interpret-as="time">9:05 pm</say-as>; <say-as interpret-as="cardinal">-1,000.5</say-as>'
+        "</speak>"
+    )
+    ((text, edits, *_),) = said(document)
+    assert [spoken for _, spoken in edits] == [
+        "1,430",  # grouped: a cardinal, never the year "fourteen thirty"
+        "plus 4 4, 2 0, 7 9 4 6, 0 9 5 8",
+        "2024-12-31",
+        "2024-12-31",
+        "2024-02-29",
+        "December 31st",
+        "March 1999",
+        "14:30",
+        "9:05 pm",
+        "-1,000.5",
+    ]
+    assert [written for written, _ in edits][:3] == ["1430", "+44 20 7946 0958", "31/12/2024"]
+    french = parse_ssml('<speak><say-as interpret-as="date">31/12/2024</say-as></speak>', english=False)
+    assert french.segments[0].edits == [(0, 10, "2024-12-31")]  # day first outside English
+
+
+def test_say_as_speaks_in_words_through_the_language_normalization() -> None:
+    ((text, edits, *_),) = said(
+        '<speak>Call <say-as interpret-as="telephone">555 123 4567</say-as> by <say-as interpret-as="date" '
+        'format="dmy">31/12/2024</say-as>, room <say-as interpret-as="cardinal">1430</say-as>.</speak>'
+    )
+    spoken = text
+    for start, end, value in reversed([(text.index(w), text.index(w) + len(w), v) for w, v in edits]):
+        spoken = spoken[:start] + value + spoken[end:]
+    assert normalize_english(spoken) == (
+        "Call five five five, one two three, four five six seven by December thirty-first, twenty twenty-four, room "
+        "one thousand four hundred thirty."
+    )
+
+
 def test_paragraphs_sentences_prosody_and_lang_shape_the_segments() -> None:
     document = (
         "<speak><p><s>First one</s><s>second</s></p><p>Next <emphasis>now</emphasis></p>"
@@ -75,6 +117,11 @@ def test_paragraphs_sentences_prosody_and_lang_shape_the_segments() -> None:
         ("<speak>Hi <break time='30s'/></speak>", "invalid_ssml", "at most"),
         ("<speak><say-as interpret-as='klingon'>x</say-as></speak>", "invalid_ssml", "klingon"),
         ("<speak><prosody rate='warp'>x</prosody></speak>", "invalid_ssml", "warp"),
+        ("<speak><say-as interpret-as='cardinal'>many</say-as></speak>", "invalid_ssml", "not a number"),
+        ("<speak><say-as interpret-as='telephone'>none</say-as></speak>", "invalid_ssml", "no digits"),
+        ("<speak><say-as interpret-as='date' format='dmy'>31/13/2024</say-as></speak>", "invalid_ssml", "no date"),
+        ("<speak><say-as interpret-as='date' format='ddy'>1/2/3</say-as></speak>", "invalid_ssml", "format"),
+        ("<speak><say-as interpret-as='date' format='ymd'>2024-12</say-as></speak>", "invalid_ssml", "format"),
         ("<speak><phoneme ph='☃'>x</phoneme></speak>", "unsayable_phonemes", "U\\+2603"),
         ("<speak>Hi\n  <b>there</speak>", "malformed_xml", "line 2, column"),
         ("<notspeak/>", "invalid_ssml", "<notspeak>"),
