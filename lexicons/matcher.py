@@ -2,7 +2,7 @@
 
 The text is read as its words (`lexicon.WORD`); from each word the trie is walked over the words that follow it
 (separated by whitespace only), and the longest grapheme that ends there wins, so "New York City" beats "New
-York". Matching is whole-word. Case: a grapheme matches as written; a grapheme written all in lower case also
+York". Matching is whole-word; an English possessive of an entry's last word ("Kokoro's") is the entry and its 's. Case: a grapheme matches as written; a grapheme written all in lower case also
 matches any casing of its words ("kokoro" matches "Kokoro" and "KOKORO"; "US" never matches "us"): PLS 1.0 leaves
 case to the processor, and this is what a writer of a lexicon means. Precedence: the first lexicon listed, then its
 first entry for a grapheme. Building a matcher is the costly part, so matchers are kept by lexicon ids (a lexicon
@@ -14,11 +14,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from lexicons.lexicon import WORD, Lexeme, Lexicon
 
 _END = ""
+_POSSESSIVE = ("'s", "’s")
+_SIBILANTS = frozenset("szʃʒʧʤ")
+_VOICELESS = frozenset("ptkfθ")
 """The key of a trie node that holds the entry a grapheme ending there says (no word is empty)."""
 MAX_MATCHERS = 64
 
@@ -81,12 +85,27 @@ def _longest(
         if position > index and not text[words[position - 1][1] : start].isspace():
             break
         assert node is not None
-        node = node.get(word.casefold() if fold else word)
-        if node is None:
+        following = node.get(word.casefold() if fold else word)
+        if following is None:
+            stem = word[:-2] if word[-2:] in _POSSESSIVE else ""
+            stemmed = node.get(stem.casefold() if fold else stem) if stem else None
+            if stemmed is not None and _END in stemmed:  # "Kokoro's": the entry's word, then its 's
+                best = (position, possessive(stemmed[_END]))
             break
+        node = following
         if _END in node:
             best = (position, node[_END])
     return best
+
+
+def possessive(entry: Lexeme) -> Lexeme:
+    """The entry said with an English possessive 's after it: the alias and 's, or the phonemes and /ɪz/ after a
+    sibilant, /s/ after another voiceless sound, /z/ otherwise."""
+    if entry.alias is not None:
+        return replace(entry, alias=entry.alias + "'s")
+    phonemes = entry.phonemes or ""
+    last = phonemes.rstrip("ˈˌː ")[-1:]
+    return replace(entry, phonemes=phonemes + ("ɪz" if last in _SIBILANTS else "s" if last in _VOICELESS else "z"))
 
 
 class Matchers:

@@ -162,6 +162,7 @@ def test_the_matcher_takes_whole_words_the_longest_grapheme_and_case_as_written(
     text = "Kokoro's Kokoro in New York City, new  york, W3C, USA, US and us. KOKORO? tomatoes"
     found = [(text[start:end], entry.alias or entry.phonemes) for start, end, entry in matcher.matches(text)]
     assert found == [
+        ("Kokoro's", "kˈOkəɹOz"),  # a possessive is the entry and its 's
         ("Kokoro", "kˈOkəɹO"),
         ("New York City", "gotham"),
         ("new  york", "the big apple"),
@@ -169,7 +170,17 @@ def test_the_matcher_takes_whole_words_the_longest_grapheme_and_case_as_written(
         ("US", "United States"),
     ]
     lower = Lexicon("l", None, (Lexeme(("kokoro",), alias="ko ko ro"),))
-    assert [text[s:e] for s, e, _ in Matcher([lower], "en-us").matches(text)] == ["Kokoro", "KOKORO"]
+    assert [(text[s:e], entry.alias) for s, e, entry in Matcher([lower], "en-us").matches(text)] == [
+        ("Kokoro's", "ko ko ro's"),
+        ("Kokoro", "ko ko ro"),
+        ("KOKORO", "ko ko ro"),
+    ]
+    said = {
+        word: Matcher([Lexicon("p", None, (Lexeme((word,), phonemes=ph),))], "en-us").matches(f"{word}’s")[0][2]
+        for word, ph in (("Liz", "lˈɪz"), ("Kate", "kˈAt"), ("Bob", "bˈɑb"))
+    }
+    assert [entry.phonemes for entry in said.values()] == ["lˈɪzɪz", "kˈAts", "bˈɑbz"]
+    assert not Matcher([lower], "en-us").matches("Kokoros")
 
 
 def test_the_first_lexicon_says_a_word_and_a_lexicon_of_another_language_says_nothing() -> None:
