@@ -72,6 +72,47 @@ def test_elevenlabs_stream_speaks_several_contexts_on_one_socket(node: ServerPro
     assert log.count("multi-stream-input outcome=ok") == 2, log  # ... two contexts, each its own live request
 
 
+def test_elevenlabs_stream_says_a_word_as_its_pronunciation_dictionary_says(node: ServerProcess) -> None:
+    """The plugin's `pronunciation_dictionary_locators`, sent in each context's first message, say the invented word
+    as the dictionary's alias (far longer than the word itself)."""
+    import aiohttp
+    import httpx
+    from livekit.plugins import elevenlabs
+
+    created = httpx.post(
+        node.url + "/elevenlabs/v1/pronunciation-dictionaries/add-from-rules",
+        json={
+            "name": "brands",
+            "rules": [{"type": "alias", "string_to_replace": "Zorblax", "alias": "a banana split with two cherries"}],
+        },
+        headers={"xi-api-key": KEY},
+        timeout=60,
+    )
+    assert created.status_code == 200, created.text
+    locator = elevenlabs.PronunciationDictionaryLocator(created.json()["id"], created.json()["version_id"])
+
+    async def run(text: str, **options: object) -> np.ndarray:
+        async with aiohttp.ClientSession() as session:
+            tts = elevenlabs.TTS(
+                api_key=KEY,
+                base_url=node.url + "/elevenlabs/v1",
+                voice_id=VOICE,
+                encoding="pcm_24000",
+                http_session=session,
+                **options,  # type: ignore[arg-type]
+            )
+            try:
+                return (await speak_streamed(tts, text))[0]
+            finally:
+                await tts.aclose()
+
+    plain = asyncio.run(run("Zorblax."))
+    said = asyncio.run(run("Zorblax.", pronunciation_dictionary_locators=[locator]))
+    meant = asyncio.run(run("a banana split with two cherries."))
+    assert speech(said) and said.size > 1.4 * plain.size, (said.size, plain.size)
+    assert abs(said.size - meant.size) < 0.1 * meant.size, (said.size, meant.size)  # the alias, said as written
+
+
 def test_elevenlabs_stream_interrupted_stops_its_work_at_once(node: ServerProcess) -> None:
     """A barge-in as an agent's session makes it: the stream is closed while its answer is still being written and
     spoken, and its context is closed on the socket, which stays open for the next turn: the node stops its work."""

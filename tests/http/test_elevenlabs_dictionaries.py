@@ -130,6 +130,18 @@ def test_locators_are_honoured_on_http_and_both_websockets(sdk: ElevenLabs, clie
     assert refused.status_code == 404 and refused.json()["detail"]["status"] == "dictionary_not_found"
 
 
+def test_locators_on_a_later_message_of_a_context_are_refused_not_dropped(client: TestClient) -> None:
+    later = {"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": "0" * 20}]}
+    with client.websocket_connect(f"{SAY}/multi-stream-input?output_format=pcm_24000", headers=KEY) as ws:
+        ws.send_json({"text": " ", "context_id": "a"})
+        ws.send_json({"text": "Hello there. ", "context_id": "a", **later})
+        refused = ws.receive_json()
+        assert refused["error"] == "invalid_message" and refused["contextId"] == "a", refused
+        assert "first message" in refused["message"]
+        ws.send_json({"context_id": "a", "close_context": True})
+        assert ws.receive_json() == {"isFinal": True, "contextId": "a"}  # nothing of the refused text was said
+
+
 @pytest.mark.slow
 def test_a_bare_break_tag_is_that_much_silence(client: TestClient) -> None:
     url = f"{SAY}?output_format=pcm_24000"

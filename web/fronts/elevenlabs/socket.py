@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket
 
 from audio.output import Output
-from errors import ServiceError, invalid_fields
+from errors import InvalidInput, ServiceError, invalid_fields
 from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from text.chunking import is_speakable
@@ -147,6 +147,13 @@ class ElevenLabsSocket(ContextSocket[SocketMessage]):
             except ServiceError as exc:  # a closed id, or one context too many
                 await self.send(socket_error(exc, context_id))
                 return True
+        elif message.pronunciation_dictionary_locators is not None:
+            # Its live request was planned with the first message's dictionaries: a later change cannot be honoured.
+            refused = InvalidInput(
+                "pronunciation_dictionary_locators are read from a context's first message only", code="invalid_message"
+            )
+            await self.send(socket_error(refused, context_id))
+            return True
         if not self.multi and message.text == "" and not message.flush:  # stream-input's end of text
             context.end()
             return True
