@@ -162,6 +162,29 @@ def test_sdk_lists_and_gets_the_nodes_voices(client: Cartesia) -> None:
     assert heart in listed
 
 
+def test_sdk_pronunciation_dicts_are_kept_paged_edited_said_and_deleted(client: Cartesia) -> None:
+    def said(**options: Any) -> int:
+        spoken = client.tts.generate(
+            model_id="sonic-3", transcript="Zorblax.", voice={"id": VOICE}, output_format=RAW_16K, **options
+        )
+        return len(spoken.read())
+
+    alias = "a banana split with whipped cream and two cherries on the top"
+    made = client.pronunciation_dicts.create(name="brands", items=[{"text": "Zorblax", "alias": alias}])
+    other = client.pronunciation_dicts.create(name="others", items=[{"text": "Quux", "alias": "kwucks"}])
+    assert client.pronunciation_dicts.retrieve(made.id).items[0].alias == alias
+    listed = [found.id for found in client.pronunciation_dicts.list(limit=1)]  # one a page, as the SDK pages
+    assert {made.id, other.id} <= set(listed) and len(listed) == len(set(listed))
+    plain, long = said(), said(pronunciation_dict_id=made.id)
+    assert long > 2.5 * plain, (long, plain)
+    client.pronunciation_dicts.update(made.id, items=[{"text": "Zorblax", "alias": "zed"}])  # a new version
+    assert said(pronunciation_dict_id=made.id) < long / 2
+    client.pronunciation_dicts.delete(made.id)
+    with pytest.raises(APIStatusError) as raised:
+        client.pronunciation_dicts.retrieve(made.id)
+    assert raised.value.status_code == 404
+
+
 def test_sdk_errors(client: Cartesia, node: ServerProcess) -> None:
     with pytest.raises(APIStatusError) as raised:
         client.tts.generate(model_id="sonic-3", transcript=ANSWER, voice="nobody", output_format=RAW_16K).read()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ from lexicons.lexicon import LEXICON_ID, Lexeme, Lexicon, check_entries, lexeme
 from lifecycle.service import Service
 from web import api_docs
 from web.dependencies import ServiceDep
-from web.fronts.cartesia.protocol import PREFIX, CartesiaErrorBody
+from web.fronts.cartesia.protocol import PREFIX, CartesiaErrorBody, PageQuery
 
 router = APIRouter(prefix=PREFIX + "/pronunciation-dicts", tags=["cartesia"])
 _ERRORS = api_docs.errors(404, 413, 422, shape=CartesiaErrorBody)
@@ -102,8 +102,9 @@ async def create(body: DictionaryBody, service: ServiceDep) -> dict[str, Any]:
 
 
 @router.get("/", responses=_ERRORS)
-async def list_dictionaries(service: ServiceDep) -> dict[str, Any]:
-    return {"data": [_view(service, dictionary) for dictionary in service.dictionaries.list()], "has_more": False}
+async def list_dictionaries(query: Annotated[PageQuery, Query()], service: ServiceDep) -> dict[str, Any]:
+    """A page of the dictionaries (`limit`, `starting_after`, `ending_before`, as the SDK's pages ask)."""
+    return query.page([_view(service, dictionary) for dictionary in service.dictionaries.list()])
 
 
 @router.get("/{dict_id}", responses=_ERRORS)

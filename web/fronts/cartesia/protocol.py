@@ -205,37 +205,47 @@ _BUILTIN_CREATED = datetime(2025, 1, 1, tzinfo=UTC)
 """`created_at` of a built-in voice, which has no registration time: Kokoro v1.0's release."""
 
 
-class VoicesQuery(BaseModel):
-    """The query of `GET .../voices`: a page of at most `limit` voices after (or before) a voice id."""
+class PageQuery(BaseModel):
+    """The query of a Cartesia list: a page of at most `limit` items after (or before) an item's id."""
 
     model_config = ConfigDict(extra="allow")
 
-    limit: int = Field(10, ge=1, le=100, description="Voices on a page.")
-    starting_after: str | None = Field(None, description="The page after this voice id.")
-    ending_before: str | None = Field(None, description="The page before this voice id.")
+    limit: int = Field(10, ge=1, le=100, description="Items on a page.")
+    starting_after: str | None = Field(None, description="The page after this id.")
+    ending_before: str | None = Field(None, description="The page before this id.")
+
+    def page(self, found: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The page of `found` (each with its `id`) this asks for, with whether more follow."""
+        ids = [item["id"] for item in found]
+        if self.ending_before is not None:
+            end = ids.index(self.ending_before) if self.ending_before in ids else 0
+            start = max(0, end - self.limit)
+            return {"data": list(found[start:end]), "has_more": start > 0}
+        if self.starting_after is None:
+            start = 0
+        else:  # past an item that is gone, or not listed, nothing follows
+            start = ids.index(self.starting_after) + 1 if self.starting_after in ids else len(found)
+        return {"data": list(found[start : start + self.limit]), "has_more": start + self.limit < len(found)}
+
+
+class VoicesQuery(PageQuery):
+    """The query of `GET .../voices`: a page of the voices its filters keep."""
+
     q: str | None = Field(None, max_length=256, description="Only voices whose id or name contains this.")
     gender: Gender | None = None
     is_owner: bool | None = Field(None, description="Only registered voices (true) or only built-in ones (false).")
 
-    def page(self, voices: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """The page of `voices` (each a `voice_view`) this asks for, with whether more follow."""
-        found = [
-            voice
-            for voice in voices
-            if (self.q is None or self.q.lower() in voice["id"].lower())
-            and (self.gender is None or voice.get("gender") == self.gender)
-            and (self.is_owner is None or voice["is_owner"] == self.is_owner)
-        ]
-        ids = [voice["id"] for voice in found]
-        if self.ending_before is not None:
-            end = ids.index(self.ending_before) if self.ending_before in ids else 0
-            start = max(0, end - self.limit)
-            return {"data": found[start:end], "has_more": start > 0}
-        if self.starting_after is None:
-            start = 0
-        else:  # past a voice that is gone, or not listed, nothing follows
-            start = ids.index(self.starting_after) + 1 if self.starting_after in ids else len(found)
-        return {"data": found[start : start + self.limit], "has_more": start + self.limit < len(found)}
+    def page(self, found: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The page of the voices (each a `voice_view`) this asks for, with whether more follow."""
+        return super().page(
+            [
+                voice
+                for voice in found
+                if (self.q is None or self.q.lower() in voice["id"].lower())
+                and (self.gender is None or voice.get("gender") == self.gender)
+                and (self.is_owner is None or voice["is_owner"] == self.is_owner)
+            ]
+        )
 
 
 def voice_view(voice: BuiltinVoice | VoiceEntry) -> dict[str, Any]:
