@@ -180,6 +180,18 @@ def test_an_alias_changes_what_is_said_and_the_cache_keys_on_it(client: TestClie
 
 
 @pytest.mark.slow
+def test_an_ssml_lexicon_element_applies_a_stored_lexicon(client: TestClient) -> None:
+    lexicon_id = store(client, PLS)
+    document = f'<speak><lexicon uri="https://node.example/lexicons/{lexicon_id}"/>Zorblax.</speak>'
+    named = client.post("/tts", json={"text": document, "voice": "af_heart"})
+    assert named.status_code == 200, named.text
+    listed = client.post("/tts", json={"text": "Zorblax.", "voice": "af_heart", "lexicons": [lexicon_id]})
+    assert named.content == listed.content  # the alias said, as when the request lists the lexicon
+    unknown = client.post("/tts", json={"text": '<speak><lexicon uri="0123456789abcdef"/>Hi.</speak>'})
+    assert unknown.status_code == 404, unknown.text
+
+
+@pytest.mark.slow
 def test_phonemes_reach_kokoro_and_the_timings_name_the_words_as_written(client: TestClient) -> None:
     lexicon_id = store(client, PLS)
     body = {"text": "I love Kokoro in New York City.", "lexicons": [lexicon_id], "timestamps": True}

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from errors import Busy, InvalidInput, NotFound, PayloadTooLarge
+from lexicons.lexicon import Lexeme, Lexicon
 from lifecycle.request_context import RequestContext
 from lifecycle.service import Service
 from pcm_cache import PcmCache
@@ -207,6 +208,27 @@ async def test_every_chunk_is_capped_in_spoken_characters(service: Service) -> N
     # each chunk speaks its part of the text as written: the words word timings name
     as_written = " ".join(chunk.text if chunk.written is None else chunk.written for chunk in plan.chunks)
     assert as_written.split() == ("Prices: " + MONEY * 30 + "That is all.").split()
+
+
+async def test_lexicons_count_in_the_spoken_limit_and_no_chunk_cuts_a_multi_word_grapheme(service: Service) -> None:
+    long_alias = "a banana split, with whipped cream, chopped nuts and two cherries on the top of it all"
+    lexicon = Lexicon(
+        "brands",
+        None,
+        (Lexeme(("Zorblax",), alias=long_alias), Lexeme(("New York City",), alias="the big, bright, apple")),
+    )
+    service.lexicons.put(lexicon)
+    plan = service.synthesis.planner.plan
+    with pytest.raises(PayloadTooLarge) as refused:  # 1,000 characters written, some 10,900 as the lexicon says them
+        await plan(TTSRequest(text="Zorblax! " * 125, lexicons=[lexicon.lexicon_id]))
+    assert refused.value.code == "spoken_too_long"
+    text = " ".join(f"Sentence {n} goes on for a while, and then New York City is named." for n in range(12))
+    planned = await plan(TTSRequest(text=text, lexicons=[lexicon.lexicon_id]))
+    assert len(planned.chunks) > 3 and "the big, bright, apple" in planned.text
+    as_written = [chunk.text if chunk.written is None else chunk.written for chunk in planned.chunks]
+    assert " ".join(as_written).split() == text.split()
+    for written in as_written:  # the grapheme whole in one chunk's text as written (the alias may pause at its comma)
+        assert written.count("New York") == written.count("City") == written.count("New York City")
 
 
 async def test_a_script_the_language_cannot_read_is_skipped_not_spelled(service: Service) -> None:
