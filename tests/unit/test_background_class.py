@@ -116,3 +116,31 @@ def test_background_work_holds_no_admission_place_and_costs_no_share(loop: async
     assert step(fair, clock, seconds=5.0) is background
     assert fair.state.keys["reader"].virtual == 0.0  # five seconds nobody else wanted cost the key no share
     assert fair.state.keys["reader"].used == 5.0
+
+
+def test_a_background_step_is_cut_short_by_characters_never_by_measured_speed(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    fair = queue(clock)
+    asked: list[int] = []
+
+    def shorten(max_chars: int) -> tuple[int, int]:
+        asked.append(max_chars)
+        return 50, 70
+
+    background = job(loop, "reader", background=True)
+    background.shorten = shorten
+    fair.add(background)
+    assert fair.pick({"kokoro"}) is background
+    assert fair.cut_step(background) and asked == [60]  # POLYTTS_BACKGROUND_STEP_CHARS, from its first step
+    assert background.unit_chars == (50, 70, 120, 120)
+    fair.learn(background, 10.0, 1.0, 0.0)  # a very slow engine measured: the budget is still characters
+    assert fair.cut_step(background) and asked == [60, 60]
+    whole = queue(Clock(), background_step_chars=0)
+    other = job(loop, "reader", background=True)
+    other.shorten = shorten
+    whole.add(other)
+    assert whole.pick({"kokoro"}) is other and not whole.cut_step(other)  # 0: whole chunks
+    interactive = job(loop, "file")
+    interactive.shorten = shorten
+    fair.add(interactive)
+    assert not fair.cut_step(interactive) and asked == [60, 60]  # a whole-file request is never cut
