@@ -89,6 +89,12 @@ class Job:
     """FairQueue clock time at which the job was last seen waiting for text (a live request's): the playback clock
     starts again after it, so a listener who ran dry while the client wrote nothing is no underrun."""
     units_done: int = 0
+    spoken_chars: int = 0
+    """Characters of the units whose audio began to reach the reader, as each unit says (its `chars`, when it has
+    one): what a request cut short said."""
+    redo: bool = False
+    """Its last step (a background job's) was stopped for an arrival before it delivered anything: the next one says
+    that unit again, from its start."""
     gpu_seconds: float = 0.0
     delivered: int = 0
     consumed: int = 0

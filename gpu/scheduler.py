@@ -8,15 +8,17 @@ under way of one stops early where its engine can, `engines.step_stop`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from engines.device import running_step
-from engines.step_stop import StepStopped, within
+from engines.step_stop import StepStop, StepStopped, within
 from errors import ServiceError
 from gpu.fairness import FairQueue
 from gpu.gpu_thread import GpuThread, Step
@@ -44,6 +46,12 @@ class Scheduler:
         self.lanes = lanes
         self.queue = FairQueue(settings, lanes=lanes, shared_keys=shared_keys)
         self.resident = resident
+        self._preempt_lock = threading.Lock()
+        self._background_stop: StepStop | None = None
+        """The stop of the background step under way while it has delivered nothing yet: an interactive arrival sets
+        it, and the step is said again later from its start (`_step`)."""
+        self._arrivals = 0
+        """Interactive arrivals so far: one that came between a background step's pick and its start stops it too."""
         gpu.attach(self._next_step)
 
     def policy(self) -> dict[str, Any]:
@@ -56,8 +64,22 @@ class Scheduler:
         job._on_stall = self.queue.record_stall
         self.queue.add(job)
         log.debug("job %d (key %s, %s) admitted", job.id, job.key, _kind(job))
-        self.gpu.wake()
+        if job.background:
+            self.gpu.wake()
+        else:
+            self.arrived()
         return job
+
+    def arrived(self) -> None:
+        """Interactive work can step now (a request admitted, a live request's text come): a background step under
+        way that has delivered nothing yet is stopped where its engine can stop it (`engines.step_stop`), so the
+        arrival waits milliseconds instead of a step; the background job says that step again later."""
+        with self._preempt_lock:
+            self._arrivals += 1
+            stop = self._background_stop
+        if stop is not None:
+            stop.set()
+        self.gpu.wake()
 
     def stats(self) -> dict[str, Any]:
         return self.queue.stats()
@@ -76,24 +98,41 @@ class Scheduler:
             return None
         beside = self.queue.runs_beside(job)
         alongside = self.lanes(job.engine) > 1 and not job.cancelled.is_set()
-        return Step(lambda: self._step(job, beside), alongside=alongside)
+        arrivals = self._arrivals
+        return Step(lambda: self._step(job, beside, arrivals), alongside=alongside)
 
-    def _step(self, job: Job, beside: bool = False) -> None:
+    def _step(self, job: Job, beside: bool = False, arrivals: int = 0) -> None:
         """Run one step of `job` on the GPU thread (or a lane, `beside` other steps or alone), handing each piece over
-        as it is produced."""
+        as it is produced. A background job's step runs within a stop of its own, which its cancellation and an
+        interactive arrival set (`arrived`; `arrivals`: the count when it was picked)."""
         began = time.perf_counter()
         ending: Any = None  # how the job ends with this step, if it does
         stopped = False
         audio_s: float | None = None  # audio of a step that ran to its end
+        stop = StepStop() if job.background else job.cancelled
+        cancels = job.cancelled.hooked(stop.set) if stop is not job.cancelled else contextlib.nullcontext()
         try:
-            self.queue.cut_step(job)
-            with running_step(beside), within(job.cancelled):
+            if not job.redo:  # a step said again was cut already
+                self.queue.cut_step(job)
+            with running_step(beside), cancels, within(stop):
+                if job.background:
+                    with self._preempt_lock:
+                        self._background_stop = stop
+                        if self._arrivals != arrivals:
+                            stop.set()
                 ending, audio_s = self._run_unit(job, began)
-        except StepStopped:  # cancelled mid-step: the engine is free already
-            ending, stopped = job.dropped(), True
+        except StepStopped:  # cancelled, or a background step stopped for an arrival: the engine is free already
+            if job.cancelled.is_set():
+                ending, stopped = job.dropped(), True
+            else:
+                job.redo = True
+                log.debug("job %d (key %s) stopped %.3fs into its step for an arrival", job.id, job.key, _since(began))
         except Exception as exc:  # handed to the request
             ending = exc
         finally:
+            if job.background:
+                with self._preempt_lock:
+                    self._background_stop = None
             # Accounted before the job's end is delivered, so its timings include this step.
             spent = time.perf_counter() - began
             # In the order steps ran: what a newcomer waited for is read from these lines (debug level only).
@@ -113,14 +152,21 @@ class Scheduler:
         if job._units is None:
             job.started_at = began
             job._units = job.steps()
-        unit = next(job._units, None)
+        unit = _said_again(job._units) if job.redo else next(job._units, None)
+        job.redo = False
         if unit is None:
             return DONE, None
         samples = 0
         try:
             for piece in unit:
+                if job.background:
+                    with self._preempt_lock:  # its audio is out: the step can no longer be said again
+                        self._background_stop = None
                 job._deliver(piece)
-                samples += len(piece) if isinstance(piece, np.ndarray) else 0  # word timings come between pieces
+                if isinstance(piece, np.ndarray):  # word timings come between pieces
+                    if not samples:  # its audio reaches the reader: what a unit says it speaks is counted said
+                        job.spoken_chars += getattr(unit, "chars", 0)
+                    samples += len(piece)
                 if job.cancelled.is_set():  # a native stream is closed, not run to its end
                     break
         finally:
@@ -149,6 +195,23 @@ class Scheduler:
             log.info("job %d (key %s) dropped before its next step: %s", job.id, job.key, job.cancel_reason)
         self.queue.remove(job)
         job._deliver(outcome)
+
+
+def _said_again(units: Iterator[Iterable[Any]]) -> Iterable[Any] | None:
+    """The unit a background job's step source gives again for the one stopped before it delivered anything: its
+    source takes `send(True)` (lifecycle.synthesis `steps`)."""
+    send = getattr(units, "send", None)
+    if send is None:
+        raise RuntimeError("a stopped step can be said again only by a source that takes send(True)")
+    try:
+        again: Iterable[Any] = send(True)
+    except StopIteration:
+        return None
+    return again
+
+
+def _since(began: float) -> float:
+    return time.perf_counter() - began
 
 
 def _kind(job: Job) -> str:

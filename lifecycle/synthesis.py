@@ -12,9 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterator
-
-import numpy as np
+from collections.abc import AsyncGenerator, Generator
 
 from audio.encoding import to_pcm16
 from audio.word_timings import ChunkWords, Words, decode_chunk_words, encode_chunk_words
@@ -32,7 +30,7 @@ from lifecycle.request_context import REQUEST_ID, RequestContext
 from lifecycle.requests import SpeechRequest, VoiceRequest
 from lifecycle.speech import Speech
 from lifecycle.timings import Timings
-from lifecycle.voicing import Voicing
+from lifecycle.voicing import ChunkAudio, Voicing
 from pcm_cache import PcmCache
 from settings import Settings
 from text.live_text import LiveText
@@ -116,7 +114,7 @@ class SynthesisService:
         try:
             self.check_open()
             plan = await self.planner.plan_voice(request, ctx.engine, timed, ctx.principal)
-            text = self.planner.live_text(plan, self.scheduler.gpu.wake, phrase_chars, ssml)
+            text = self.planner.live_text(plan, self.scheduler.arrived, phrase_chars, ssml)
             plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
             job = self.submit(plan, ctx, text)
             speech = Speech(plan, timings, ctx, self._generated(plan, job, timings), job)
@@ -227,7 +225,7 @@ class SynthesisService:
         engine = plan.engine
         manager = self.pool.manager
 
-        def steps() -> Iterator[Iterator[np.ndarray | Words]]:
+        def steps() -> Generator[ChunkAudio, bool | None, None]:
             voice = Voicing(engine, plan.options, plan.timed)
             try:
                 while (taken := chunks.take()) is not None:
@@ -236,7 +234,9 @@ class SynthesisService:
                     self.pool.ensure(engine.name)
                     # Cached by the engine after the first time; a chunk may name another voice (SSML `<voice>`).
                     handle = engine.prepare_voice(plan.voices.get(chunk.voice or "", plan.voice))
-                    yield voice.chunk(chunk, handle, last)
+                    again = True
+                    while again:  # the scheduler sends True for a step stopped before its audio: said again
+                        again = bool((yield voice.chunk(chunk, handle, last)))
                     manager.touch(engine.name)
             finally:
                 engine.release()
@@ -301,6 +301,7 @@ class SynthesisService:
             if job.started_at is not None:
                 timings.queue_wait = job.started_at - job.submitted_at
             timings.synthesis = job.gpu_seconds
+            timings.spoken_chars = job.spoken_chars
             if job.streaming:
                 timings.underrun = job.underrun_s
             self.finish(timings, outcome)

@@ -21,6 +21,9 @@ class Timings:
     queue_wait: float = 0.0
     synthesis: float = 0.0
     audio_bytes: int = 0
+    spoken_chars: int = 0
+    """Characters (as spoken) of the chunks whose audio began to reach the client (gpu.jobs.Job.spoken_chars): a
+    request that did not end `ok` logs these."""
     ended: float | None = None
     outcome: str | None = None
     in_flight: bool = False
@@ -45,11 +48,19 @@ class Timings:
         audio = self.audio_seconds()
         return self.synthesis / audio if audio and self.cache == "miss" else None
 
+    @property
+    def chars(self) -> int:
+        """Characters of text: a request's whole text while it runs and once it ended `ok`, else what it said before
+        it ended (a client gone, a failure)."""
+        if self.plan is None:
+            return 0
+        return self.plan.chars if self.outcome in (None, "ok") else self.spoken_chars
+
     def log_line(self) -> str:
         ttfa, rtf, plan = self.time_to_first_audio, self.real_time_factor, self.plan
         return (
             f"{self.route} outcome={self.outcome} engine={plan.engine.name if plan else '-'} "
-            f"voice={plan.voice_key if plan else '-'} chars={plan.chars if plan else 0} "
+            f"voice={plan.voice_key if plan else '-'} chars={self.chars} "
             f"chunks={len(plan.chunks) if plan else 0} cache={self.cache} queue={self.queue_wait:.3f}s "
             f"ttfa={f'{ttfa:.3f}s' if ttfa is not None else '-'} synth={self.synthesis:.3f}s total={self.total:.3f}s "
             f"audio={self.audio_seconds():.2f}s rtf={f'{rtf:.3f}' if rtf is not None else '-'} "
@@ -62,8 +73,7 @@ class Timings:
         if (ttfa := self.time_to_first_audio) is not None:
             parts.append(f"ttfa;dur={ttfa * 1000:.1f}")
         parts += [f"synth;dur={self.synthesis * 1000:.1f}", f"total;dur={self.total * 1000:.1f}"]
-        chars = self.plan.chars if self.plan else 0
-        parts += [f'chars;desc="{chars}"', f'audio;desc="{self.audio_seconds():.3f}"']
+        parts += [f'chars;desc="{self.chars}"', f'audio;desc="{self.audio_seconds():.3f}"']
         if (rtf := self.real_time_factor) is not None:
             parts.append(f'rtf;desc="{rtf:.3f}"')
         if self.underrun is not None:

@@ -4,7 +4,7 @@ when asked, its words timed in the response's time."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import numpy as np
 
@@ -13,6 +13,21 @@ from audio.word_timings import Words
 from engines.base import Engine, SynthesisOptions
 from text.chunking import Chunk
 from text.languages import resolve_language
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkAudio:
+    """One step's pieces (audio, then the chunk's word timings) and the characters of text it speaks: a request cut
+    short counts those of the chunks whose audio it began to deliver (gpu.jobs.Job.spoken_chars)."""
+
+    chars: int
+    pieces: Generator[np.ndarray | Words, None, None]
+
+    def __iter__(self) -> Iterator[np.ndarray | Words]:
+        return self.pieces
+
+    def close(self) -> None:
+        self.pieces.close()
 
 
 class Voicing:
@@ -29,14 +44,18 @@ class Voicing:
         self.silence_after: float | None = None
         """Seconds of silence the joiner put after the last chunk (None before the first)."""
 
-    def chunk(self, chunk: Chunk, handle: object, last: bool) -> Iterator[np.ndarray | Words]:
+    def chunk(self, chunk: Chunk, handle: object, last: bool) -> ChunkAudio:
+        """The chunk's audio and word timings as the engine makes them, with the characters it speaks."""
+        return ChunkAudio(len(chunk.text), self._pieces(chunk, handle, last))
+
+    def _pieces(self, chunk: Chunk, handle: object, last: bool) -> Generator[np.ndarray | Words, None, None]:
         if not chunk.text:  # a live request's trailing break: silence only
             yield from self.trailing_silence(chunk.lead or 0.0)
             return
-        if chunk.lead is not None and (pad := self.lead_samples(chunk.lead)) > 0:
-            self.position += pad
-            yield np.zeros(pad, dtype=np.float32)
-        start, words = self.position, []
+        # The lead's silence goes out with the chunk's first audio, so that a step stopped before the engine made any
+        # has delivered nothing and can be said again from its start (gpu.scheduler).
+        pad = max(0, self.lead_samples(chunk.lead)) if chunk.lead is not None else 0
+        start, words = self.position + pad, []
         options = self.options_of(chunk)
 
         def timed_audio() -> Iterator[np.ndarray]:
@@ -46,8 +65,15 @@ class Voicing:
 
         pieces = timed_audio() if self.timed else self.engine.stream(chunk.text, handle, options)
         for piece in self.joiner.join(pieces, chunk.pause, last, chunk.silence):
+            if pad:
+                self.position += pad
+                yield np.zeros(pad, dtype=np.float32)
+                pad = 0
             self.position += len(piece)
             yield piece
+        if pad:  # the chunk said nothing audible: its lead still stands
+            self.position += pad
+            yield np.zeros(pad, dtype=np.float32)
         if self.timed:
             rate = self.engine.sample_rate
             # The joiner cut the chunk's own leading silence: its words move that much earlier.

@@ -153,3 +153,36 @@ async def test_a_request_cancelled_mid_step_frees_the_engine_and_the_next_is_ser
     outcomes = [line for line in lines if " outcome=" in line]
     assert len(outcomes) == 3 and " outcome=cancelled " in outcomes[1] and " audio=0.00s " in outcomes[1], outcomes
     assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records), lines
+
+
+@pytest.mark.slow
+async def test_a_background_step_stops_for_an_arrival_and_is_said_again_with_the_same_audio(
+    uncached: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job's step (the background class) under way when an interactive request arrives is stopped mid-inference:
+    the arrival is served at once, then the background request says that step again from its start, and its audio
+    is the audio of a run nobody interrupted."""
+    background = RequestContext("jobs", "narrator", background=True)
+
+    async def narrate() -> bytes:
+        speech = await uncached.synthesis.speak(TTSRequest(text=LONG, language="en"), background)
+        return b"".join([pcm async for pcm in speech.pcm()])
+
+    alone = await narrate()
+    engine = uncached.pool.engines["kokoro"]
+    assert isinstance(engine, KokoroEngine) and isinstance(engine.backend, OnnxBackend)
+    announced = Announced(engine.backend._alone)
+    monkeypatch.setattr(engine.backend, "_alone", announced)
+    caplog.set_level("DEBUG", logger="polytts.scheduler")
+    narrating = asyncio.create_task(narrate())
+    assert await asyncio.to_thread(announced.running.wait, 60), "the background step did not start"
+    announced.running.clear()
+    short = await synthesize(uncached, SHORT)  # arrives while the long background step runs
+    assert await narrating == alone  # said again from its start: the same audio
+    monkeypatch.undo()
+    assert short == await synthesize(uncached, SHORT)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("into its step for an arrival" in line for line in lines), lines
+    steps = [line for line in lines if " step " in line and " took " in line]
+    assert "(key test, file)" in steps[1] and "(key narrator, background)" in steps[2], steps  # the arrival first
+    assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records), lines
