@@ -8,16 +8,16 @@ probe (`rss`: VmRSS after minus before; `peak`: its VmHWM, reset before the prob
 the expectation held. Exits 1 when any did not, so it also serves as a check. Writes
 `bench/results/abuse-<UTC time>.json` (or `--out`).
 
-Its own servers: `plain` (no API keys, PCM cache on, in-memory cache off so that repeats read the disk; also the
-text amplification and small-item probes), `keyed` (API keys on, started on a voices folder holding a pack whose
-meta.json is damaged; also the refusal probes), `one_slot` (POLYTTS_MAX_INFLIGHT=1, so that one held stream makes
-every other request a rejection) and `hostage` (short live and reader idle limits: idle live sessions, readers that
-never read, Retry-After obeyed by a crowd, fresh and after as many clients refused and gone); the `signals` probes
-start processes of their own (Ctrl+C under run.sh, repeated SIGTERM, invalid settings at each step). Against `--url`,
-probes that need a server's files or configuration are skipped with the reason: cache entries need `--cache-dir` (and a
-server with POLYTTS_MEMORY_CACHE_BYTES=0), bodies refused before authentication need `--api-key` (keys on), random
-fairness keys need keys off and POLYTTS_MAX_INFLIGHT=1, a damaged voices folder needs a server of its own; memory is
-read from /proc when the server runs on this machine (its pid from `--pid` or `/health`).
+Its own servers: `plain` (no API keys, PCM cache on, in-memory cache off so that repeats read the disk, logging at info;
+also the text amplification, small-item and abandoned-work probes), `keyed` (API keys on, started on a voices folder
+holding a pack whose meta.json is damaged; also the refusal probes), `one_slot` (POLYTTS_MAX_INFLIGHT=1, so that one
+held stream makes every other request a rejection) and `hostage` (short live and reader idle limits: idle live sessions,
+readers that never read, Retry-After obeyed by a crowd, fresh and after as many clients refused and gone); the `signals`
+probes start processes of their own (Ctrl+C under run.sh, repeated SIGTERM, invalid settings at each step). Against
+`--url`, probes that need a server's files or configuration are skipped with the reason: cache entries need
+`--cache-dir` (and a server with POLYTTS_MEMORY_CACHE_BYTES=0), bodies refused before authentication need `--api-key`
+(keys on), random fairness keys need keys off and POLYTTS_MAX_INFLIGHT=1, a damaged voices folder needs a server of its
+own; memory is read from /proc when the server runs on this machine (its pid from `--pid` or `/health`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def own_servers() -> list[Target]:
     targets = []
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        env = {"POLYTTS_MEMORY_CACHE_BYTES": "0"}
+        # INFO: the ElevenLabs abandonment probes read each request's outcome line.
+        env = {"POLYTTS_MEMORY_CACHE_BYTES": "0", "POLYTTS_LOG_LEVEL": "info"}
         with local_server(env, caches=True, log_path=logs / "plain.log") as server:
             plain = Target("plain", server.url, server.pid, cache_dir=server.cache_dir, log_path=server.log_path)
             text_work.probes(plain, own=True)

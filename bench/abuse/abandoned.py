@@ -1,23 +1,27 @@
 """Probes of work nobody waits for any more: a barge-in must free the engine at once (the step under way stopped,
-not run to its end), and the next client's wait must not grow behind it; a Cartesia socket whose client sends
-contexts and never reads what they answer must not grow the node's memory.
+not run to its end), and the next client's wait must not grow behind it; an ElevenLabs context whose client ended
+its text and then went away, or closed it a second time (a barge-in), must stop; a Cartesia socket whose client
+sends contexts and never reads what they answer must not grow the node's memory.
 
-`barge_in_frees_the_engine` runs on any keyless node whose caches do not answer its distinct texts;
+`barge_in_frees_the_engine` runs on any keyless node whose caches do not answer its distinct texts; the ElevenLabs
+probes on a node whose log they read (POLYTTS_LOG_LEVEL=info: each request's outcome line);
 `unread_cartesia_contexts` on a keyless node with a short reader idle limit (`hostage.SERVER_ENV`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 import time
+from typing import Any
 
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 from bench.abuse import hostage
-from bench.abuse.probing import LONG_TEXT, Answer, Target, expect, requests_total, short
+from bench.abuse.probing import LONG_TEXT, Answer, ProbeFailed, Target, expect, requests_total, short
 
 TRIALS = 5
 MAX_EXTRA_WAIT_S = 0.5
@@ -58,6 +62,84 @@ def barge_in_frees_the_engine(target: Target, trials: int = TRIALS) -> Answer:
     )
     expect(statistics.median(extra) <= MAX_EXTRA_WAIT_S, detail)
     return Answer(f"cancelled x{trials}", detail)
+
+
+MULTI_STREAM = "/multi-stream-input"
+"""How the log names the ElevenLabs multi-stream-input route (its template ends so; stream-input's does not)."""
+
+
+def elevenlabs_socket(target: Target, query: str = "") -> ClientConnection:
+    url = target.url.replace("http", "ws", 1) + "/elevenlabs/v1/text-to-speech/af_heart/multi-stream-input"
+    headers = {"xi-api-key": target.api_key} if target.api_key else {}
+    return connect(f"{url}?output_format=pcm_16000{query}", additional_headers=headers, open_timeout=30)
+
+
+def until_audio(ws: ClientConnection, context: str) -> dict[str, Any]:
+    """The context's first message with audio."""
+    while True:
+        message = json.loads(ws.recv(timeout=60))
+        expect("error" not in message, f"answered {message}")
+        if message.get("audio") and message.get("contextId") == context:
+            return message
+
+
+def next_outcome_line(target: Target, route: str, logged: int, within_s: float = 60.0) -> str:
+    """The first outcome line of `route` the log holds past its first `logged` characters, once it is there."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        lines = [text for text in target.log_says()[logged:].splitlines() if f"{route} outcome=" in text]
+        if lines:
+            return lines[0]
+        time.sleep(0.2)
+    raise ProbeFailed(f"no {route} outcome line logged within {within_s:.0f} s (the server logs at info?)")
+
+
+def cancelled_short(line: str, sent: int) -> str:
+    """What an outcome line says of a request that must have been cancelled with less than `sent` characters spoken."""
+    fields = dict(re.findall(r"(\w+)=(\S+)", line))
+    said = (
+        f"outcome={fields.get('outcome')} chars={fields.get('chars')} of {sent} sent, "
+        f"synth={fields.get('synth')} audio={fields.get('audio')}"
+    )
+    expect(fields.get("outcome") == "cancelled", said)
+    expect(int(fields.get("chars", sent)) < sent, said)
+    return said
+
+
+def left_after_ending_its_text(target: Target) -> Answer:
+    """A multi-stream-input context sent a long text, `flush` and `close_context` (its text is over: what it was
+    sent is spoken to the end while the client is there), whose client closes the socket at its first audio: the
+    node stops its work, and its line says `cancelled` with fewer characters than sent (landed: `outcome=ok
+    chars=339 chunks=5 synth=6.250s audio=19.88s`)."""
+    logged = len(target.log_says())
+    started = time.perf_counter()
+    with elevenlabs_socket(target) as ws:
+        ws.send(json.dumps({"text": LONG_TEXT, "context_id": "turn"}))
+        ws.send(json.dumps({"context_id": "turn", "flush": True}))
+        ws.send(json.dumps({"context_id": "turn", "close_context": True}))
+        until_audio(ws, "turn")
+        first_audio_s = time.perf_counter() - started
+    said = cancelled_short(next_outcome_line(target, MULTI_STREAM, logged), len(LONG_TEXT))
+    return Answer("cancelled", f"closed at its first audio ({first_audio_s:.2f} s): {said}")
+
+
+def second_close_of_a_closing_context(target: Target) -> Answer:
+    """Pipecat's barge-in after the end of a turn: a context sent a long text, flushed and closed (its text is being
+    spoken to the end) is closed again at its first audio: it ends at once, `isFinal`, and its line says `cancelled`
+    with fewer characters than sent (landed: the second close was ignored, all of it spoken)."""
+    logged = len(target.log_says())
+    with elevenlabs_socket(target) as ws:
+        ws.send(json.dumps({"text": LONG_TEXT, "context_id": "turn", "flush": True}))
+        ws.send(json.dumps({"context_id": "turn", "close_context": True}))
+        until_audio(ws, "turn")
+        closed = time.perf_counter()
+        ws.send(json.dumps({"context_id": "turn", "close_context": True}))
+        while (message := json.loads(ws.recv(timeout=60))) != {"isFinal": True, "contextId": "turn"}:
+            expect("error" not in message, f"answered {message}")
+        final_s = time.perf_counter() - closed
+        ws.send(json.dumps({"close_socket": True}))
+    said = cancelled_short(next_outcome_line(target, MULTI_STREAM, logged), len(LONG_TEXT))
+    return Answer("cancelled", f"isFinal {final_s:.3f} s after the second close: {said}")
 
 
 UNREAD_CONTEXTS = 100_000
@@ -129,6 +211,11 @@ def settled_memory(target: Target, within_s: float = 60.0) -> dict[str, int] | N
 def probes(target: Target, own: bool) -> None:
     keyless = None if not target.api_key else "needs a keyless server"
     target.probe("a barge-in frees the engine", lambda: barge_in_frees_the_engine(target), keyless)
+    logged = None if target.log_path else "reads the server's log (a server of its own)"
+    target.probe("ElevenLabs context ended, then its client left", lambda: left_after_ending_its_text(target), logged)
+    target.probe(
+        "ElevenLabs second close_context (barge-in)", lambda: second_close_of_a_closing_context(target), logged
+    )
 
 
 def unread_probes(target: Target, own: bool) -> None:

@@ -1,7 +1,8 @@
 """Probes of clients that would hold a node hostage: live sessions that never speak, readers that never read, a live
-request failing after its audio started, a malformed message on an open ElevenLabs socket, context sockets' contexts
-with nothing to say yet, and a crowd of refused clients obeying Retry-After, on a fresh node and after as many
-refused clients that never came back.
+request failing after its audio started, a malformed message on an open ElevenLabs socket, deeply nested JSON on
+every live route, an ElevenLabs socket whose contexts are all done (its inactivity timeout), context sockets'
+contexts with nothing to say yet, and a crowd of refused clients obeying Retry-After, on a fresh node and after as
+many refused clients that never came back.
 
 `probes` needs a keyless node (every client shares the anonymous key) with a short live idle limit and reader idle
 limit, as `SERVER_ENV` sets them; the crowds obeying Retry-After run on any keyless node.
@@ -15,12 +16,24 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from bench.abuse.payloads import live_body_broken_after_audio, reset_or_closed, stalled_readers
-from bench.abuse.probing import LONG_TEXT, SENTENCE, Answer, Target, expect, requests_total, short
+from bench.abuse.probing import (
+    LONG_TEXT,
+    SENTENCE,
+    Answer,
+    ProbeFailed,
+    Target,
+    code_of,
+    expect,
+    requests_total,
+    short,
+)
 
 LIVE_IDLE_S = 10
 READER_IDLE_S = 5
@@ -224,6 +237,156 @@ def malformed_on_stream_input(target: Target, sockets: int = 5) -> Answer:
     )
 
 
+DEEP = "[" * 2000 + "]" * 2000
+"""2,000 nested arrays: enough for a recursive parser to give up (landed: a RecursionError in the live message parser,
+a 500 or a socket closed with no error event, and, after a good message, a live place held for 600 s)."""
+MAX_ERROR_S = 5.0
+"""How long each route may take to answer such a message with its error (landed: ElevenLabs stream-input sometimes
+hung 60 s)."""
+
+
+def live_sockets(target: Target) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each live socket's URL, and a first message that opens a live request waiting for text (a live place held)."""
+    base = target.url.replace("http", "ws", 1)
+    elevenlabs = f"{base}/elevenlabs/v1/text-to-speech/af_heart"
+    return {
+        "/tts/live/ws": (f"{base}/tts/live/ws?voice=af_heart", {"text": " "}),
+        "ElevenLabs stream-input": (f"{elevenlabs}/stream-input?output_format=pcm_16000", {"text": " "}),
+        "ElevenLabs multi-stream-input": (
+            f"{elevenlabs}/multi-stream-input?output_format=pcm_16000",
+            {"text": " ", "context_id": "c"},
+        ),
+        "Cartesia tts/websocket": (f"{base}/cartesia/tts/websocket", {**CARTESIA_FIRST, "context_id": "c"}),
+        "Deepgram v1/speak": (
+            f"{base}/deepgram/v1/speak?model=aura-2-thalia-en&encoding=linear16&sample_rate=16000",
+            {"type": "Speak", "text": " "},
+        ),
+    }
+
+
+def invalid_message_code(event: dict[str, Any]) -> str | None:
+    """The code of an error in any front's shape (native and Cartesia `error` events, ElevenLabs' `error`, Deepgram's
+    `Warning`), or None when the message is no error."""
+    if event.get("type") in ("error", "Error", "Warning"):
+        return str(event.get("code") or event.get("error_code") or event.get("err_code"))
+    return str(event["error"]) if event.get("error") else None
+
+
+def deep_on_socket(url: str, before: list[dict[str, Any]]) -> tuple[float, str]:
+    """Send `before`, then DEEP, on a new socket: the seconds until the protocol's `invalid_message` error, and how the
+    socket went on (`closed <code>` by the node within 2 s, else `served on`: the client closes it)."""
+    with connect(url, open_timeout=30) as ws:
+        for message in before:
+            ws.send(json.dumps(message))
+        started = time.perf_counter()
+        ws.send(DEEP)
+        while True:
+            left = started + 30 - time.perf_counter()
+            try:
+                received = ws.recv(timeout=max(left, 0.01))
+            except TimeoutError:
+                raise ProbeFailed(f"{url}: no error 30 s after the nested message") from None
+            except ConnectionClosed as exc:
+                raise ProbeFailed(f"{url}: closed ({exc.rcvd}) with no error event") from None
+            if isinstance(received, str) and (code := invalid_message_code(json.loads(received))) is not None:
+                expect(code == "invalid_message", f"{url}: answered {received[:200]}")
+                break
+        error_s = time.perf_counter() - started
+        try:
+            while True:
+                ws.recv(timeout=2.0)
+        except ConnectionClosed:
+            return error_s, f"closed {ws.close_code}"
+        except TimeoutError:
+            return error_s, "served on"
+
+
+def deep_json(target: Target, sockets: int = 20) -> Answer:
+    """2,000 nested arrays as the first message on every live route: /tts/live answers 422 `invalid_message`, each
+    socket its protocol's error (the native and ElevenLabs sockets then close; Cartesia and Deepgram say it and serve
+    on, as they do for any message they cannot read), each within MAX_ERROR_S. Then `sockets` sockets from the same
+    client in a row, over every socket route, each sent a first message that holds a live place and then the nested
+    one: once they are closed, no live request waits for text, and a fresh live request is admitted at once (the
+    places freed; no `live_sessions_full`)."""
+    routes = live_sockets(target)
+    seen = []
+    with target.client() as client:
+        started = time.perf_counter()
+        body = client.post(
+            "/tts/live", content=(DEEP + "\n").encode(), headers={"Content-Type": "application/x-ndjson"}
+        )
+        error_s = time.perf_counter() - started
+        expect(body.status_code == 422 and code_of(body) == "invalid_message", f"/tts/live: {short(body)}")
+        expect(error_s < MAX_ERROR_S, f"/tts/live answered after {error_s:.1f} s")
+        seen.append(f"/tts/live 422 in {error_s:.3f} s")
+        for name, (url, _) in routes.items():
+            error_s, then = deep_on_socket(url, [])
+            closes = not name.startswith(("Cartesia", "Deepgram"))
+            expect(then.startswith("closed") or not closes, f"{name}: the socket {then} after its error")
+            expect(error_s < MAX_ERROR_S, f"{name}: its error came after {error_s:.1f} s")
+            seen.append(f"{name} {error_s:.3f} s, {then}")
+        cycle = list(routes.values())
+        for index in range(sockets):
+            url, opening = cycle[index % len(cycle)]
+            deep_on_socket(url, [opening])
+        deadline = time.perf_counter() + 5
+        while (waiting := client.get("/health").json()["inflight"].get("awaiting_text", 0)) and (
+            time.perf_counter() < deadline
+        ):
+            time.sleep(0.2)
+        expect(not waiting, f"{waiting} live requests still waiting for text 5 s after the {sockets} sockets closed")
+    fresh_s, first = fresh_live_request(target)
+    expect(first.get("type") == "start", f"a fresh live request after {sockets} sockets: {first}")
+    expect(fresh_s < MAX_ERROR_S, f"a fresh live request started after {fresh_s:.1f} s")
+    return Answer(
+        "422, errors x5",
+        f"first message: {'; '.join(seen)}; then {sockets} sockets (a live place each, then the nested message): "
+        f"a fresh live request started in {fresh_s:.3f} s",
+    )
+
+
+def fresh_live_request(target: Target) -> tuple[float, dict[str, Any]]:
+    """A live request over /tts/live/ws: the seconds until its first event, and that event (`start` when admitted)."""
+    url = target.url.replace("http", "ws", 1) + "/tts/live/ws?voice=af_heart"
+    with connect(url, open_timeout=30, additional_headers=target.auth) as ws:
+        started = time.perf_counter()
+        ws.send(json.dumps({"text": "Hello again."}))
+        ws.send(json.dumps({"end": True}))
+        first = json.loads(ws.recv(timeout=60))
+        return time.perf_counter() - started, first
+
+
+INACTIVITY_S = 3
+MAX_INACTIVITY_SLACK_S = 2.0
+
+
+def finished_contexts_time_out(target: Target) -> Answer:
+    """An ElevenLabs multi-stream-input socket opened with `inactivity_timeout=INACTIVITY_S` whose one context was
+    flushed, closed and has finished (`isFinal`), and that sends nothing more: the node closes it about
+    INACTIVITY_S later, within MAX_INACTIVITY_SLACK_S (landed: still open at 40 s with `inactivity_timeout=5`)."""
+    url = target.url.replace("http", "ws", 1) + "/elevenlabs/v1/text-to-speech/af_heart/multi-stream-input"
+    headers = {"xi-api-key": target.api_key} if target.api_key else {}
+    query = f"?output_format=pcm_16000&inactivity_timeout={INACTIVITY_S}"
+    after: list[dict[str, Any]] = []
+    with connect(url + query, additional_headers=headers, open_timeout=30) as ws:
+        ws.send(json.dumps({"text": "A short answer. ", "context_id": "turn", "flush": True}))
+        ws.send(json.dumps({"context_id": "turn", "close_context": True}))
+        while (message := json.loads(ws.recv(timeout=60))) != {"isFinal": True, "contextId": "turn"}:
+            expect(message.get("contextId") == "turn" and "error" not in message, f"answered {message}")
+        final = time.perf_counter()
+        try:
+            while True:
+                after.append(json.loads(ws.recv(timeout=final + 40 - time.perf_counter())))
+        except TimeoutError:
+            raise ProbeFailed(f"still open 40 s after the context's isFinal; then {after[:2]}") from None
+        except ConnectionClosed:
+            closed_s = time.perf_counter() - final
+    said = [str(message.get("error")) for message in after]
+    detail = f"closed {closed_s:.2f} s after the context's isFinal (code {ws.close_code}; said {', '.join(said)})"
+    expect(closed_s < INACTIVITY_S + MAX_INACTIVITY_SLACK_S, detail)
+    return Answer("closed", detail)
+
+
 CARTESIA_FIRST = {
     "model_id": "sonic-2",
     "transcript": "",
@@ -277,6 +440,10 @@ def probes(target: Target, own: bool) -> None:
     target.probe("malformed message on ElevenLabs stream-input", lambda: malformed_on_stream_input(target))
     target.probe("20 empty contexts on 4 sockets, per front", lambda: empty_contexts(target), skip)
     keyless = None if not target.api_key else "needs a keyless server"
+    target.probe("2,000 nested arrays on every live route", lambda: deep_json(target), keyless)
+    target.probe(
+        f"ElevenLabs inactivity_timeout={INACTIVITY_S} after isFinal", lambda: finished_contexts_time_out(target)
+    )
     fresh: list[float] = []
     target.probe("200 clients obeying Retry-After", lambda: obeying_retry_after(target, fresh), keyless)
     target.probe(

@@ -56,6 +56,28 @@ def cache_probes(target: Target, skip: str | None) -> None:
             return Answer(f"200 {cache}", "right audio; a hit again after")
 
         target.probe(f"cache entry {damage_name}, same request", damaged, skip)
+    target.probe("/tts with timestamps repeated: a hit", lambda: timed_repeat(target), skip)
+
+
+def timed_repeat(target: Target) -> Answer:
+    """A /tts request with `"timestamps": true` (as Pipecat's ElevenLabs HTTP service always asks), then the same
+    again: the second is a cache hit (X-Cache), with the same audio and the same words (landed: every request with
+    timestamps missed the caches)."""
+    body = {
+        "text": f"Word timings are cached with their audio, number {uuid.uuid4().int % 10_000}.",
+        "timestamps": True,
+    }
+    with target.client() as client:
+        first = client.post("/tts", json=body)
+        expect(first.status_code == 200, f"first: {short(first)}")
+        again = client.post("/tts", json=body)
+    cache = first.headers.get("x-cache"), again.headers.get("x-cache")
+    seen = f"X-Cache {cache[0]}, then {short(again)} {cache[1]}"
+    expect(cache[0] == "miss" and again.status_code == 200 and cache[1] == "hit", seen)
+    words = [word["word"] for word in first.json()["words"]]
+    expect(again.json()["words"] == first.json()["words"], "the hit carries other words or times")
+    expect(again.json()["audio"] == first.json()["audio"], "the hit carries other audio")
+    return Answer(f"200 {cache[0]}, 200 {cache[1]}", f"the same {len(words)} words and audio")
 
 
 def refused_form(target: Target, body: bytes, status: int, code: str, boundary: str = "probe") -> Callable[[], Answer]:

@@ -144,7 +144,7 @@ def short(response: httpx.Response) -> str:
 def no_tracebacks(target: Target) -> Answer:
     said = target.log_says()
     expect("Traceback" not in said, "a traceback in the server's log: " + said[said.find("Traceback") :][:300])
-    return Answer("-", f"{len(said.splitlines())} lines logged at warning and above")
+    return Answer("-", f"{len(said.splitlines())} lines logged")
 
 
 def line(outcome: Outcome) -> str:

@@ -1,12 +1,14 @@
 """Probes of the small items of the hostile-probe issue: many distinct blends must not grow memory without bound,
-OpenAI's voice object is looked up as a name is, a number field refuses `true`, and a bundle import killed mid-write
-leaves nothing after the next start."""
+OpenAI's voice object is looked up as a name is, a number field refuses `true`, a bundle import killed mid-write
+leaves nothing after the next start, a FLAC from /tts reads back whole, and two errors say what they should (an
+upload that is not audio shows no memory address, OpenAI's lone surrogate is `invalid_text`)."""
 
 from __future__ import annotations
 
 import io
 import os
 import random
+import re
 import signal
 import tempfile
 import threading
@@ -89,6 +91,53 @@ def numbers_not_true(target: Target) -> Answer:
     return Answer("422 x4, live 200", f"refused {', '.join(refused)} on both routes; speed=1.5 in a query speaks")
 
 
+FLAC_TEXT = "A file of known length says how long it is, so that every decoder reads all of it."
+
+
+def flac_reads_whole(target: Target) -> Answer:
+    """A FLAC from /tts (its length known before it is written): python-soundfile reads it whole, as many frames as
+    its header says, as long as the same text's PCM (landed: its STREAMINFO said 0 samples; soundfile made that
+    384,307,168,202,282 s and `sf.read` raised)."""
+    with target.client() as client:
+        flac = client.post("/tts", json={"text": FLAC_TEXT, "format": "flac"})
+        pcm = client.post("/tts", json={"text": FLAC_TEXT, "format": "pcm"})
+    expect(flac.status_code == 200 and pcm.status_code == 200, f"flac {short(flac)}, pcm {short(pcm)}")
+    info = sf.info(io.BytesIO(flac.content))
+    try:
+        samples, rate = sf.read(io.BytesIO(flac.content), dtype="int16")
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        raise ProbeFailed(
+            f"sf.read raised {exc}; its header says {info.frames} frames ({info.duration:,.0f} s)"
+        ) from exc
+    said = f"{samples.shape[0]} frames read, {info.frames} in its header, {len(pcm.content) // 2} in the PCM"
+    expect(samples.shape[0] == info.frames == len(pcm.content) // 2 and info.frames > 0, said)
+    return Answer("200 flac", f"{said}: {info.frames / rate:.2f} s at {rate} Hz")
+
+
+MEMORY_ADDRESS = re.compile(r"BytesIO|0x[0-9a-fA-F]{6,}")
+
+
+def errors_say_what_they_should(target: Target) -> Answer:
+    """An upload to POST /voices that is not audio: a 4xx `invalid_audio` whose message shows no in-memory file's
+    repr (landed: `<_io.BytesIO object at 0x...>`); and the OpenAI route's lone surrogate in `input`: 422
+    `invalid_text`, as on the native routes (landed: `invalid_input`)."""
+    garbage = random.Random(9).randbytes(3000)
+    form = {"engine": "voxcpm", "ref_text": "Not a clip at all."}
+    surrogate = b'{"model":"tts-1","voice":"alloy","input":"a \\ud800 b"}'
+    with target.client() as client:
+        upload = client.post("/voices", data=form, files={"audio": ("garbage", garbage)})
+        speech = client.post("/v1/audio/speech", content=surrogate, headers={"Content-Type": "application/json"})
+    try:
+        message = str(upload.json().get("message", ""))
+    except ValueError:
+        message = upload.text
+    expect(400 <= upload.status_code < 500 and code_of(upload) == "invalid_audio", f"the upload: {short(upload)}")
+    expect(not MEMORY_ADDRESS.search(message), f"the upload's message shows a memory address: {message[:160]!r}")
+    openai_code = speech.json().get("error", {}).get("code") if speech.status_code == 422 else ""
+    expect(openai_code == "invalid_text", f"OpenAI's lone surrogate: {speech.status_code} {openai_code}")
+    return Answer(f"{short(upload)}, 422 invalid_text", f"the upload said {message[:100]!r}")
+
+
 def _stereo_clip(seconds: float, seed: int) -> bytes:
     """A WAV clip that does not compress (noise), so that its bundle takes a while to write."""
     noise = 0.1 * np.random.default_rng(seed).standard_normal((int(seconds * 48_000), 2))
@@ -145,6 +194,8 @@ def probes(target: Target, own: bool) -> None:
     target.probe(f"{BLENDS} random blends, memory after", lambda: random_blends(target))
     target.probe('OpenAI voice {"id": "alloy"}', lambda: voice_object(target))
     target.probe("speed true or text, native and OpenAI", lambda: numbers_not_true(target))
+    target.probe("FLAC from /tts read whole by soundfile", lambda: flac_reads_whole(target))
+    target.probe("invalid_audio message; OpenAI lone surrogate", lambda: errors_say_what_they_should(target))
     target.probe(
         "bundle import killed mid-write, restart",
         killed_bundle_import,
