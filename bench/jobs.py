@@ -6,8 +6,8 @@ newcomer's first audio.
 One job of `--chars` characters (a book in chapters of about 5,000) is submitted once and measured in two windows of
 whole pieces, from one piece's end to a later one's, as the node reports them in `GET /jobs/{id}`: `alone`
 (`--alone-pieces` pieces on an otherwise idle node, after the first piece, which pays for planning and warm-up) and
-`beside` (`--beside-pieces` pieces while short interactive streams come one after another, counted from the first
-piece that ended after they began). Then the job is cancelled and removed, or with `--whole` run to its end (about
+`beside` (`--beside-pieces` pieces while short interactive streams come one after another, `--gap-s` apart on average,
+counted from the first piece that ended after they began). Then the job is cancelled and removed, or with `--whole` run to its end (about
 85 minutes for 100,000 characters on a 2-core machine alone). So a 100,000-character job's speed is measured in about
 15 minutes; the node's own ETA after the alone window is kept beside the projection from the measured speed.
 
@@ -19,6 +19,7 @@ difference is what the job costs the newcomer (at most one job step by design). 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -98,11 +99,13 @@ def window(ends: list[tuple[float, int, float]], first: int, last: int) -> dict[
     }
 
 
-def newcomers(url: str, count: int, stop: threading.Event | None = None) -> list[float]:
-    """First audio of `count` short streams one after another (fewer if `stop` is set first)."""
-    found = []
+def newcomers(url: str, count: int, stop: threading.Event | None = None, gap_s: float = 0.0) -> list[float]:
+    """First audio of `count` short streams one after another (fewer if `stop` is set first), each `gap_s` seconds
+    after the last one ended on average (exponentially distributed, seeded: people, not a loop)."""
+    found: list[float] = []
+    gaps = random.Random(7)
     for n in range(count):
-        if stop is not None and stop.is_set():
+        if stop is not None and stop.wait(gaps.expovariate(1 / gap_s) if gap_s and n else 0):
             break
         heard = listen(url, SHORT_TEXT, f"newcomer-{n}")
         if heard.ttfa_s is not None:
@@ -126,7 +129,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         eta_s = progress.last.get("eta_s")
         stop = threading.Event()
         during: list[float] = []
-        loader = threading.Thread(target=lambda: during.extend(newcomers(url, 10**6, stop)))
+        loader = threading.Thread(target=lambda: during.extend(newcomers(url, 10**6, stop, args.gap_s)))
         loader.start()
         try:
             progress.wait_pieces(len(progress.ends) + 1)  # the piece under way when they began
@@ -189,6 +192,13 @@ def main() -> int:
     parser.add_argument("--beside-pieces", type=int, default=3, help="pieces timed beside newcomers (default 3)")
     parser.add_argument("--whole", action="store_true", help="run the job to its end (else cancel after the windows)")
     parser.add_argument("--newcomers", type=int, default=5, help="streams for the idle first-audio median (default 5)")
+    parser.add_argument(
+        "--gap-s",
+        type=float,
+        default=3.0,
+        help="mean idle time between the newcomers beside the job (default 3; 0: one right after another, which "
+        "leaves a job no time at all, as the background class means)",
+    )
 
     def env(args: argparse.Namespace) -> dict[str, str]:
         return {

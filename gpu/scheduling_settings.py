@@ -74,11 +74,13 @@ class SchedulingSettings(EngineSettings):
     boundary at some seams between content words (docs/benchmarks.md); off, a short step is cut only after a clause,
     and a newcomer waits for the whole clause under way."""
 
-    background_step_chars: int = Field(60, ge=0)
+    background_step_chars: int = Field(0, ge=0)
     """A background job's step (jobs/) is cut after its leading clauses within this many characters (never inside a
-    clause, unless POLYTTS_SHORT_STEP_WORD_CUTS), since an interactive request arriving meanwhile waits for the step
-    under way. Counted in characters, not from the engine's measured speed, so that a job's audio is the same however
-    fast the node ran it: a job resumed after a restart ends with the PCM of an uninterrupted run. 0: whole chunks."""
+    clause, unless POLYTTS_SHORT_STEP_WORD_CUTS), for engines that cannot stop a step under way (PyTorch, MLX): an
+    interactive request arriving meanwhile waits for it. Kokoro on ONNX Runtime and OpenVINO stops the job's step for
+    the arrival instead, so 0 (whole chunks) is the default: measured, 60-character steps made a job about 10 % slower.
+    Counted in characters, not from measured speed, so that a job's audio never depends on how fast the node ran (a
+    job resumed after a restart ends with the PCM of an uninterrupted run)."""
 
     stream_max_start_wait_s: float = Field(5.0, gt=0)
     """A new stream whose first step would start this long after the step under way, behind other streams' first

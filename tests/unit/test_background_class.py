@@ -120,7 +120,7 @@ def test_background_work_holds_no_admission_place_and_costs_no_share(loop: async
 
 def test_a_background_step_is_cut_short_by_characters_never_by_measured_speed(loop: asyncio.AbstractEventLoop) -> None:
     clock = Clock()
-    fair = queue(clock)
+    fair = queue(clock, background_step_chars=60)
     asked: list[int] = []
 
     def shorten(max_chars: int) -> tuple[int, int]:
@@ -135,11 +135,11 @@ def test_a_background_step_is_cut_short_by_characters_never_by_measured_speed(lo
     assert background.unit_chars == (50, 70, 120, 120)
     fair.learn(background, 10.0, 1.0, 0.0)  # a very slow engine measured: the budget is still characters
     assert fair.cut_step(background) and asked == [60, 60]
-    whole = queue(Clock(), background_step_chars=0)
+    whole = queue(Clock())
     other = job(loop, "reader", background=True)
     other.shorten = shorten
     whole.add(other)
-    assert whole.pick({"kokoro"}) is other and not whole.cut_step(other)  # 0: whole chunks
+    assert whole.pick({"kokoro"}) is other and not whole.cut_step(other)  # 0, the default: whole chunks
     interactive = job(loop, "file")
     interactive.shorten = shorten
     fair.add(interactive)

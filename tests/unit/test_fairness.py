@@ -475,7 +475,7 @@ def test_the_policy_shows_every_scheduling_setting_under_the_names_admin_schedul
         "stream_gpu_share": 0.8,
         "short_step_s": 0.8,
         "short_step_word_cuts": False,
-        "background_step_chars": 60,
+        "background_step_chars": 0,
         "stream_max_start_wait_s": 5.0,
         "slow_reader_lag_s": 10.0,
         "reader_idle_limit_s": 60.0,
