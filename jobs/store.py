@@ -12,6 +12,7 @@ import errno
 import json
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -172,6 +173,7 @@ class JobStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
         self.db = sqlite3.connect(root / TABLE_FILE, isolation_level=None, check_same_thread=False)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -348,13 +350,16 @@ class JobStore:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+        # One connection serves the event loop and worker threads (a job's removal, a piece's store): a transaction
+        # begun by one while another's is open would fail ("cannot start a transaction within a transaction").
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
 
     # -- the files -------------------------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,36 @@ def test_after_a_crash_a_piece_whose_file_is_in_place_counts_as_done(tmp_path: P
     assert not (tmp_path / ("f" * 32)).exists()
     store.delete(job.id)
     assert store.get(job.id) is None and not store.folder(job.id).exists()
+
+
+def test_transactions_from_the_loop_and_worker_threads_at_once_never_collide(tmp_path: Path) -> None:
+    """The event loop sets a job's state while a worker thread removes another job (the retention sweep): each
+    transaction waits for the other instead of failing ("cannot start a transaction within a transaction")."""
+    store = JobStore(tmp_path)
+    jobs = [record(f"{n:032x}") for n in range(40)]
+    for job in jobs:
+        store.add(job, cut([("One", "A piece.")], 80))
+    errors: list[BaseException] = []
+
+    def hammer(action: Callable[[str], None], ids: list[str]) -> None:
+        try:
+            for job_id in ids:
+                action(job_id)
+        except BaseException as exc:  # the failure this guards against
+            errors.append(exc)
+
+    kept, removed = [job.id for job in jobs[:20]], [job.id for job in jobs[20:]]
+    threads = [
+        threading.Thread(target=hammer, args=(lambda job_id: store.set_state(job_id, "running"), kept * 5)),
+        threading.Thread(target=hammer, args=(store.delete, removed)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert [store.get(job_id) is None for job_id in removed] == [True] * 20
+    assert {store.get(job_id).state for job_id in kept} == {"running"}  # type: ignore[union-attr]
 
 
 def test_the_table_is_in_wal_mode(tmp_path: Path) -> None:
