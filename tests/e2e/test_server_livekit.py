@@ -110,7 +110,7 @@ def test_elevenlabs_stream_says_a_word_as_its_pronunciation_dictionary_says(node
     said = asyncio.run(run("Zorblax.", pronunciation_dictionary_locators=[locator]))
     meant = asyncio.run(run("a banana split with two cherries."))
     assert speech(said) and said.size > 1.4 * plain.size, (said.size, plain.size)
-    assert abs(said.size - meant.size) < 0.1 * meant.size, (said.size, meant.size)  # the alias, said as written
+    assert abs(said.size - meant.size) < 0.25 * meant.size, (said.size, meant.size)  # the alias, said as written
 
 
 def test_elevenlabs_stream_interrupted_stops_its_work_at_once(node: ServerProcess) -> None:

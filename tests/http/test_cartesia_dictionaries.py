@@ -1,5 +1,5 @@
 """Cartesia's pronunciation dictionaries in this process, answered in the `cartesia` client's own types
-(`PronunciationDict`): created, got, updated (a new version), listed and deleted; `pronunciation_dict_id` honoured on `tts/bytes` and the WebSocket, an
+(`PronunciationDict`): created, got, updated (a new version), listed and deleted; `pronunciation_dict_id` honoured on `tts/bytes`, `tts/sse` and the WebSocket, an
 unknown one refused in Cartesia's shape, never ignored."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from cartesia.types import PronunciationDict
 from fastapi.testclient import TestClient
 
+from tests.http.test_cartesia import sse_events
 from tests.support.apps import InProcessApp
 
 KEY = {"X-API-Key": "sk-ca", "Cartesia-Version": "2025-04-16"}
@@ -56,7 +57,7 @@ def test_dictionaries_are_created_got_updated_listed_and_deleted(client: TestCli
 
 
 @pytest.mark.slow
-def test_pronunciation_dict_id_is_honoured_on_bytes_and_the_websocket(client: TestClient) -> None:
+def test_pronunciation_dict_id_is_honoured_on_bytes_sse_and_the_websocket(client: TestClient) -> None:
     made = client.post(
         DICTS + "/", json={"name": "brands", "items": [{"text": "Zorblax", "alias": ALIAS}]}, headers=KEY
     )
@@ -73,5 +74,8 @@ def test_pronunciation_dict_id_is_honoured_on_bytes_and_the_websocket(client: Te
             events.append(event)
     heard = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "chunk")
     assert event["type"] == "done" and abs(len(heard) - len(meant.content)) < 0.3 * len(meant.content)
+    sse = client.post("/cartesia/tts/sse", json=body("Zorblax.", pronunciation_dict_id=created.id), headers=KEY)
+    streamed = b"".join(base64.b64decode(e["data"]) for e in sse_events(sse.text) if e["type"] == "chunk")
+    assert sse.status_code == 200 and streamed == meant.content
     unknown = client.post("/cartesia/tts/bytes", json=body("Hi.", pronunciation_dict_id="0" * 20), headers=KEY)
     assert unknown.status_code == 404 and "dictionary_not_found" in unknown.text
