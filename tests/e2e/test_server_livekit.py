@@ -43,21 +43,26 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
     server.stop()
 
 
+def elevenlabs_tts(node: ServerProcess, session: object, **options: object) -> TTS:
+    from livekit.plugins import elevenlabs
+
+    return elevenlabs.TTS(
+        api_key=KEY,
+        base_url=node.url + "/elevenlabs/v1",
+        voice_id=VOICE,
+        http_session=session,  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]
+    )
+
+
 def test_elevenlabs_stream_speaks_several_contexts_on_one_socket(node: ServerProcess) -> None:
     import aiohttp
-    from livekit.plugins import elevenlabs
 
     logged = len(node.log())
 
     async def run() -> list[tuple[np.ndarray, set[int], list[TimedWord], set[str]]]:
         async with aiohttp.ClientSession() as session:
-            tts = elevenlabs.TTS(
-                api_key=KEY,
-                base_url=node.url + "/elevenlabs/v1",
-                voice_id=VOICE,
-                encoding="pcm_24000",
-                http_session=session,
-            )
+            tts = elevenlabs_tts(node, session, encoding="pcm_24000")
             try:
                 return list(await asyncio.gather(*(speak_streamed(tts, answer) for answer in ANSWERS)))
             finally:
@@ -93,14 +98,7 @@ def test_elevenlabs_stream_says_a_word_as_its_pronunciation_dictionary_says(node
 
     async def run(text: str, **options: object) -> np.ndarray:
         async with aiohttp.ClientSession() as session:
-            tts = elevenlabs.TTS(
-                api_key=KEY,
-                base_url=node.url + "/elevenlabs/v1",
-                voice_id=VOICE,
-                encoding="pcm_24000",
-                http_session=session,
-                **options,  # type: ignore[arg-type]
-            )
+            tts = elevenlabs_tts(node, session, encoding="pcm_24000", **options)
             try:
                 return (await speak_streamed(tts, text))[0]
             finally:
