@@ -163,9 +163,10 @@ async def test_a_background_step_stops_for_an_arrival_and_is_said_again_with_the
     the arrival is served at once, then the background request says that step again from its start, and its audio
     is the audio of a run nobody interrupted."""
     background = RequestContext("jobs", "narrator", background=True)
+    text = LONG.split(", counting")[0] + "."  # one step of a few seconds: long enough for the arrival to land in it
 
     async def narrate() -> bytes:
-        speech = await uncached.synthesis.speak(TTSRequest(text=LONG, language="en"), background)
+        speech = await uncached.synthesis.speak(TTSRequest(text=text, language="en"), background)
         return b"".join([pcm async for pcm in speech.pcm()])
 
     alone = await narrate()
