@@ -111,6 +111,7 @@ class Scheduler:
         audio_s: float | None = None  # audio of a step that ran to its end
         stop = StepStop() if job.background else job.cancelled
         cancels = job.cancelled.hooked(stop.set) if stop is not job.cancelled else contextlib.nullcontext()
+        delivered = job.delivered
         try:
             if not job.redo:  # a step said again was cut already
                 self.queue.cut_step(job)
@@ -124,6 +125,8 @@ class Scheduler:
         except StepStopped:  # cancelled, or a background step stopped for an arrival: the engine is free already
             if job.cancelled.is_set():
                 ending, stopped = job.dropped(), True
+            elif job.delivered != delivered:  # stopped in a later inference of its unit: it cannot be said again
+                ending = RuntimeError("a background step was stopped after it had delivered audio")
             else:
                 job.redo = True
                 log.debug("job %d (key %s) stopped %.3fs into its step for an arrival", job.id, job.key, _since(began))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from engines.step_stop import StepStopped
 from gpu.gpu_thread import GpuThread
 from gpu.jobs import Job, JobCancelled
 from gpu.scheduler import Scheduler
@@ -466,3 +467,34 @@ async def test_steps_of_an_engine_with_lanes_run_at_once_and_one_off_calls_wait_
     assert events[-1] == "call" and sorted(events[:2]) == ["a ends", "b ends"]
     assert all("lane" in name for name in lanes) and len(lanes) == 2
     assert scheduler.stats()["running"] == 0
+
+
+async def test_a_background_step_stopped_before_its_audio_is_said_again_and_after_it_fails(gpu: GpuThread) -> None:
+    """The step source of a background job takes `send(True)` for a step stopped before it delivered anything and
+    gives that step again; a step stopped after it delivered audio cannot be said again, so the job fails rather
+    than say part of its audio twice."""
+
+    def stopped_once(deliver_first: bool) -> Iterator[Iterator[np.ndarray]]:
+        tries = 0
+
+        def unit(value: float) -> Iterator[np.ndarray]:
+            nonlocal tries
+            tries += 1
+            if tries == 1:  # the first try is stopped, as an arrival's stop would stop it
+                if deliver_first:
+                    yield piece(value)
+                raise StepStopped
+            yield piece(value)
+
+        again = True
+        while again:
+            again = bool((yield unit(1.0)))
+        yield unit(2.0)
+
+    scheduler = scheduler_for(gpu)
+    loop = asyncio.get_running_loop()
+    redone = scheduler.submit(Job("kokoro", 10, lambda: stopped_once(False), loop, background=True, unit_chars=(5, 5)))
+    assert values(await collect(redone)) == [1.0, 2.0]  # the stopped step said again, once
+    broken = scheduler.submit(Job("kokoro", 10, lambda: stopped_once(True), loop, background=True, unit_chars=(5, 5)))
+    with pytest.raises(RuntimeError, match="after it had delivered audio"):
+        await collect(broken)
