@@ -6,10 +6,11 @@ newcomer's first audio.
 One job of `--chars` characters (a book in chapters of about 5,000) is submitted once and measured in two windows of
 whole pieces, from one piece's end to a later one's, as the node reports them in `GET /jobs/{id}`: `alone`
 (`--alone-pieces` pieces on an otherwise idle node, after the first piece, which pays for planning and warm-up) and
-`beside` (`--beside-pieces` pieces while short interactive streams come one after another, `--gap-s` apart on average,
-counted from the first piece that ended after they began). Then the job is cancelled and removed, or with `--whole` run to its end (about
-85 minutes for 100,000 characters on a 2-core machine alone). So a 100,000-character job's speed is measured in about
-15 minutes; the node's own ETA after the alone window is kept beside the projection from the measured speed.
+`beside` (`--beside-pieces` pieces while short interactive streams come one after another, `--gap-s` apart on
+average, counted from the first piece that ended after they began). Then the job is cancelled and removed, or with
+`--whole` run to its end (42-52 minutes for 100,000 characters alone on a 2-core machine). So a 100,000-character
+job's speed is measured in about 6 minutes; the node's own ETA after the alone window is kept beside the projection
+from the measured speed.
 
 `newcomer`: the median first audio of a short stream on the idle node before the job, and while it runs: the
 difference is what the job costs the newcomer (at most one job step by design). Writes

@@ -79,7 +79,7 @@ def short_step_chars(state: QueueState, job: Job, now: float) -> int | None:
     `background_step_chars` for a background job's; None when it takes its whole chunk."""
     settings = state.settings
     if job.background:  # nobody listens to it as it comes: every step short, by a measure that never varies
-        return settings.background_step_chars or None if job.shorten is not None else None
+        return (settings.background_step_chars or None) if job.shorten is not None else None
     if settings.short_step_s <= 0 or not job.is_stream or job.detached or not job.units_done or job.shorten is None:
         return None
     in_hand = job.playback.in_hand(now)

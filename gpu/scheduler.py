@@ -129,7 +129,12 @@ class Scheduler:
                 ending = RuntimeError("a background step was stopped after it had delivered audio")
             else:
                 job.redo = True
-                log.debug("job %d (key %s) stopped %.3fs into its step for an arrival", job.id, job.key, _since(began))
+                log.debug(
+                    "job %d (key %s) stopped %.3fs into its step for an arrival",
+                    job.id,
+                    job.key,
+                    time.perf_counter() - began,
+                )
         except Exception as exc:  # handed to the request
             ending = exc
         finally:
@@ -160,11 +165,13 @@ class Scheduler:
         if unit is None:
             return DONE, None
         samples = 0
+        preemptible = job.background
         try:
             for piece in unit:
-                if job.background:
-                    with self._preempt_lock:  # its audio is out: the step can no longer be said again
+                if preemptible:  # its audio is out: the step can no longer be said again
+                    with self._preempt_lock:
                         self._background_stop = None
+                    preemptible = False
                 job._deliver(piece)
                 if isinstance(piece, np.ndarray):  # word timings come between pieces
                     if not samples:  # its audio reaches the reader: what a unit says it speaks is counted said
@@ -211,10 +218,6 @@ def _said_again(units: Iterator[Iterable[Any]]) -> Iterable[Any] | None:
     except StopIteration:
         return None
     return again
-
-
-def _since(began: float) -> float:
-    return time.perf_counter() - began
 
 
 def _kind(job: Job) -> str:

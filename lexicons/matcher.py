@@ -2,9 +2,10 @@
 
 The text is read as its words (`lexicon.WORD`); from each word the trie is walked over the words that follow it
 (separated by whitespace only), and the longest grapheme that ends there wins, so "New York City" beats "New
-York". Matching is whole-word; an English possessive of an entry's last word ("Kokoro's") is the entry and its 's. Case: a grapheme matches as written; a grapheme written all in lower case also
-matches any casing of its words ("kokoro" matches "Kokoro" and "KOKORO"; "US" never matches "us"): PLS 1.0 leaves
-case to the processor, and this is what a writer of a lexicon means. Precedence: the first lexicon listed, then its
+York". Matching is whole-word; an English possessive of an entry's last word ("Kokoro's") is the entry and its
+'s. Case: a grapheme matches as written; a grapheme written all in lower case also matches any casing of its words
+("kokoro" matches "Kokoro" and "KOKORO"; "US" never matches "us"): PLS 1.0 leaves case to the processor, and this
+is what a writer of a lexicon means. Precedence: the first lexicon listed, then its
 first entry for a grapheme. Building a matcher is the costly part, so matchers are kept by lexicon ids (a lexicon
 is immutable, so an id never goes stale).
 """
@@ -20,10 +21,10 @@ from typing import Any
 from lexicons.lexicon import WORD, Lexeme, Lexicon
 
 _END = ""
+"""The key of a trie node that holds the entry a grapheme ending there says (no word is empty)."""
 _POSSESSIVE = ("'s", "’s")
 _SIBILANTS = frozenset("szʃʒʧʤ")
 _VOICELESS = frozenset("ptkfθ")
-"""The key of a trie node that holds the entry a grapheme ending there says (no word is empty)."""
 MAX_MATCHERS = 64
 
 

@@ -66,14 +66,12 @@ class Voicing:
         pieces = timed_audio() if self.timed else self.engine.stream(chunk.text, handle, options)
         for piece in self.joiner.join(pieces, chunk.pause, last, chunk.silence):
             if pad:
-                self.position += pad
-                yield np.zeros(pad, dtype=np.float32)
+                yield self.silence(pad)
                 pad = 0
             self.position += len(piece)
             yield piece
         if pad:  # the chunk said nothing audible: its lead still stands
-            self.position += pad
-            yield np.zeros(pad, dtype=np.float32)
+            yield self.silence(pad)
         if self.timed:
             rate = self.engine.sample_rate
             # The joiner cut the chunk's own leading silence: its words move that much earlier.
@@ -81,6 +79,11 @@ class Voicing:
             words = [word.shifted(shift).clamped(low, high) for word in words]
         self.silence_after = chunk.silence if chunk.silence is not None else self.joiner.pauses[chunk.pause]
         yield Words(words)  # also the end of the chunk's audio, words or not (Cartesia's `flush_done` counts them)
+
+    def silence(self, samples: int) -> np.ndarray:
+        """That many samples of silence, next in the response."""
+        self.position += samples
+        return np.zeros(samples, dtype=np.float32)
 
     def lead_samples(self, lead: float) -> int:
         """Zeros to put before a chunk so that `lead` seconds of silence precede its onset: less the silence already
@@ -95,8 +98,7 @@ class Voicing:
         chunk keeps before its onset, so that margin is added back to `lead_samples`."""
         pad = self.lead_samples(seconds) + self.joiner.margin
         if pad > 0:
-            self.position += pad
-            yield np.zeros(pad, dtype=np.float32)
+            yield self.silence(pad)
         self.silence_after = seconds
         yield Words([])
 

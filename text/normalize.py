@@ -59,8 +59,8 @@ _GROUP_DIGITS = 4
 """A long digit run without separators is read in groups of at most this many digits, a pause between groups."""
 
 _DIGIT_WORDS = "zero one two three four five six seven eight nine".split()
-_MONTHS = "January February March April May June July August September October November December".split()
-_MONTH_OF = {m[:3].lower(): m for m in _MONTHS} | {"sept": "September"}
+MONTHS = "January February March April May June July August September October November December".split()
+_MONTH_OF = {m[:3].lower(): m for m in MONTHS} | {"sept": "September"}
 _MONTH_NAME = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sept?(?:ember)?"
     r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
@@ -386,7 +386,7 @@ def _read_address(address: str) -> str:
 
 
 def _read_date(month: str, day: str, year: str | None) -> str:
-    name = _MONTHS[int(month) - 1] if month.isdigit() else _MONTH_OF[month[:4].lower().rstrip("t")[:3]]
+    name = MONTHS[int(month) - 1] if month.isdigit() else _MONTH_OF[month[:4].lower().rstrip("t")[:3]]
     spoken = f"{name} {_words.ordinal(str(int(day)))}"
     return f"{spoken}, {_words.year(int(year))}" if year else spoken
 
@@ -517,7 +517,7 @@ def _read_number(match: re.Match[str]) -> str:
     value = match.group("value")
     if "." not in value and "," not in value and len(value) == 4 and 2010 <= int(value) <= 2099:
         previous = match.string[: match.start()].split()[-1:]
-        is_year = not previous or previous[0].lower().strip("(,") in _YEAR_CONTEXT or previous[0] in _MONTHS
+        is_year = not previous or previous[0].lower().strip("(,") in _YEAR_CONTEXT or previous[0] in MONTHS
         following = match.string[match.end() :].lstrip()
         if is_year or not following or not following[0].isalpha():
             return _sign(match, "sign") + _words.year(int(value))

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from errors import InvalidInput
+from text.normalize import MONTHS
 from text.phoneme_spans import encode
 from text.phonemes import to_kokoro
 from text.safe_xml import Element, parse_xml
@@ -54,7 +55,6 @@ _ORDINAL_SUFFIX = {"1": "st", "2": "nd", "3": "rd"}
 _NUMBER = re.compile(r"^([-−])?(\d+)(\.\d+)?$")
 _CLOCK_DIGITS = re.compile(r"^([01]?\d|2[0-3])([0-5]\d)$")
 _DATE_FORMAT = re.compile(r"^(?!.*(.).*\1)[dmy]{1,3}$")
-_MONTHS = "January February March April May June July August September October November December".split()
 _PLAIN = frozenset({"speak", "emphasis", "p", "s", "paragraph", "sentence"})
 
 
@@ -297,8 +297,7 @@ class _Reader:
             digits = content.rstrip(".")
             if not digits.isdigit():
                 raise _invalid(element, f"say-as ordinal of {content[:20]!r}, which is not a number")
-            suffix = "th" if digits[-2:-1] == "1" else _ORDINAL_SUFFIX.get(digits[-1], "th")
-            self.said(content, digits + suffix)
+            self.said(content, _with_suffix(digits))
         elif kind in ("cardinal", "number"):
             self.said(content, _cardinal(element, content, self.english))
         elif kind == "telephone":
@@ -352,9 +351,14 @@ def _date(element: Element, content: str, english: bool) -> str:
         return f"{year:04d}-{month:02d}-{day:02d}"
     if not english:
         return content
-    month_name = _MONTHS[month - 1] if month is not None else ""
-    ordinal = f"{day}{'th' if day // 10 == 1 else _ORDINAL_SUFFIX.get(str(day % 10), 'th')}" if day else ""
+    month_name = MONTHS[month - 1] if month is not None else ""
+    ordinal = _with_suffix(str(day)) if day else ""
     return " ".join(part for part in (month_name, ordinal, str(year) if year is not None else "") if part)
+
+
+def _with_suffix(digits: str) -> str:
+    """A number's digits as an ordinal is written ("21st", "12th"), for the normalization to say."""
+    return digits + ("th" if digits[-2:-1] == "1" else _ORDINAL_SUFFIX.get(digits[-1], "th"))
 
 
 def break_seconds(element: Element) -> float:
