@@ -71,11 +71,24 @@ class FairQueue:
             self.state.speeds.setdefault(job.engine, EngineSpeed()).learn(chars, gpu_s, audio_s, overlap)
 
     def cut_step(self, job: Job) -> bool:
-        """Cut the next step of a job just picked short, to about `short_step_s` beside the steps under way, when it
-        is a stream ahead of its listener (a newcomer arriving now would wait for it); whether it was."""
+        """Cut the next step of a job just picked short (`gpu.ordering.short_step_chars`, `gpu.ordering.chars_in_time`): to about `short_step_s` beside
+        the steps under way when it is a stream ahead of its listener (a newcomer arriving now would wait for it), to
+        what ends in time for its listener after it gave its step to a newcomer; whether it was."""
         with self._lock:
-            chars = ordering.short_step_chars(self.state, job, self.clock())
-            return chars is not None and job.cut_next_step(chars)
+            now = self.clock()
+            chars = ordering.short_step_chars(self.state, job, now)
+            cut = chars is not None and job.cut_next_step(chars)
+            if job.yielded and ordering.ends_in_time(self.state, job, now):
+                job.yielded = False  # its listener's audio covers its steps again
+            elif job.yielded and (in_time := ordering.chars_in_time(self.state, job, now)) is not None:
+                cut = job.cut_next_step(in_time, inside_clauses=True) or cut
+            return cut
+
+    def yields_to(self, job: Job, arrival: Job | None) -> bool:
+        """Whether the step under way of `job` is stopped for `arrival` and said again after it
+        (`gpu.ordering.yields_to`)."""
+        with self._lock:
+            return ordering.yields_to(self.state, job, arrival, self.clock())
 
     def record_stall(self, job: Job, seconds: float) -> None:
         with self._lock:

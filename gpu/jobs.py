@@ -79,9 +79,13 @@ class Job:
     """Whether the job has a step to take now (its chunk source's `ready`: always for a planned text; a live
     request's only once its text has come). A job that has none is passed over: waiting for text holds no step of the
     GPU thread."""
-    shorten: Callable[[int], tuple[int, int] | None] | None = None
+    shorten: Callable[[int, bool], tuple[int, int] | None] | None = None
     """Cuts the next step short, after its leading clauses within this many characters (a planned text's chunk
-    source): the characters of the two steps it becomes, or None where it cannot be. None: never cut."""
+    source; True: at a word gap inside a clause where that is the only cut): the characters of the two steps it
+    becomes, or None where it cannot be. None: never cut."""
+    give_back: Callable[[], None] | None = None
+    """Gives the chunk of the step just taken back to its source, to be taken again by the next step: how a step
+    stopped for an arrival before it delivered anything is said again later (None: it cannot be)."""
     cuts: Callable[[int], list[tuple[int, ...]]] | None = None
     """For each step not taken yet, the characters of the short steps it would become, cut wherever it can be within
     this many characters each (admission plans the short steps a stream will take)."""
@@ -92,9 +96,10 @@ class Job:
     spoken_chars: int = 0
     """Characters of the units whose audio began to reach the reader, as each unit says (its `chars`, when it has
     one): what a request cut short said."""
-    redo: bool = False
-    """Its last step (a background job's) was stopped for an arrival before it delivered anything: the next one says
-    that unit again, from its start."""
+    yielded: bool = False
+    """A step of it (a stream's) was stopped for a newcomer before it delivered anything: until its listener's audio
+    covers its next step again, each step ends before its listener runs dry, inside a clause if need be
+    (`gpu.ordering.chars_in_time`)."""
     gpu_seconds: float = 0.0
     delivered: int = 0
     consumed: int = 0
@@ -166,13 +171,13 @@ class Job:
     def underruns(self) -> int:
         return self.playback.underruns
 
-    def cut_next_step(self, max_chars: int) -> bool:
-        """Cut the next step after its leading clauses within `max_chars`; whether it was (its plan then has one step
-        more)."""
+    def cut_next_step(self, max_chars: int, inside_clauses: bool = False) -> bool:
+        """Cut the next step after its leading clauses within `max_chars` (`inside_clauses`: at a word gap inside its
+        first clause, where that is longer); whether it was (its plan then has one step more)."""
         done = self.units_done
         if self.shorten is None or done >= len(self.unit_chars):
             return False
-        cut = self.shorten(max_chars)
+        cut = self.shorten(max_chars, inside_clauses)
         if cut is None:
             return False
         self.unit_chars = (*self.unit_chars[:done], *cut, *self.unit_chars[done + 1 :])

@@ -30,7 +30,10 @@ until the steps under way are done.
 A newcomer thus waits for the steps under way: a stream ahead of its listener takes a short step
 (`short_step_chars`: its chunk cut after a clause, about `short_step_s` long, beside the other steps under way), and
 its whole chunk again when it runs low (its listener holds less than a short step: it runs dry whatever it takes,
-and the whole chunk makes the most audio per GPU second)."""
+and the whole chunk makes the most audio per GPU second). Where the engine can stop a step under way, a stream's step
+that has delivered nothing yet is stopped for a newcomer while its listener can spare the wait (`yields_to`), so a
+newcomer's wait does not grow with the clause lengths of the streams playing; the stream says its step again after,
+ending before its listener runs dry (inside a clause, at a word gap, if no clause ends in time)."""
 
 from __future__ import annotations
 
@@ -74,9 +77,9 @@ def pick(state: QueueState, resident: Collection[str], now: float) -> Job | None
 
 
 def short_step_chars(state: QueueState, job: Job, now: float) -> int | None:
-    """The characters to cut the next step of a job just picked to, so that it lasts about `short_step_s` beside
-    the steps under way, when it is a stream ahead of its listener (a newcomer arriving now would wait for it), or
-    `background_step_chars` for a background job's; None when it takes its whole chunk."""
+    """The characters to cut the next step of a job just picked to (after a clause): for a stream ahead of its
+    listener, about `short_step_s` beside the steps under way (a newcomer arriving now would wait for it); for a
+    background job's, `background_step_chars`. None when it takes its whole chunk."""
     settings = state.settings
     if job.background:  # nobody listens to it as it comes: every step short, by a measure that never varies
         return (settings.background_step_chars or None) if job.shorten is not None else None
@@ -94,6 +97,48 @@ def short_step_chars(state: QueueState, job: Job, now: float) -> int | None:
     if state.next_step_s(job) <= alone_s:
         return None
     return max(1, int(alone_s / state.speed(job.engine).gpu_s_per_char))
+
+
+def ends_in_time(state: QueueState, job: Job, now: float) -> bool:
+    """Whether the stream's next step, as it stands, ends while its listener still holds `_IN_TIME_MARGIN_S` of
+    audio."""
+    in_hand = job.playback.in_hand(now)
+    return in_hand is not None and state.next_step_s(job) <= in_hand - _IN_TIME_MARGIN_S
+
+
+def chars_in_time(state: QueueState, job: Job, now: float) -> int | None:
+    """For a stream that gave its step to a newcomer (`yields_to`) and whose next step would not end in time
+    (`ends_in_time`): the characters of a step that does (the step is cut there, at a word gap if no clause ends in
+    time); None when nothing worth a step can."""
+    in_hand = job.playback.in_hand(now)
+    if in_hand is None or job.shorten is None:
+        return None
+    chars = int((in_hand - _IN_TIME_MARGIN_S) / state.speed(job.engine).gpu_s_per_char)
+    return chars if chars >= _MIN_STEP_CHARS else None
+
+
+_IN_TIME_MARGIN_S = 0.3
+"""What the engine's speed estimate may be off by over one step."""
+
+_MIN_STEP_CHARS = 12
+"""A step shorter than this (two or three words) costs the model's padding for too little speech."""
+
+
+def yields_to(state: QueueState, job: Job, arrival: Job | None, now: float) -> bool:
+    """Whether the step under way of `job`, which has delivered nothing yet, is stopped for `arrival` (a job admitted,
+    or a live job whose phrase has come), to be said again after it: a background job's for any interactive arrival;
+    a stream's for a newcomer's first step while its listener holds the first steps of every newcomer waiting and
+    `stream_yield_s` more (its step said again then ends before its listener runs dry: `chars_in_time`)."""
+    if job.background:
+        return True
+    settings = state.settings
+    if settings.stream_yield_s <= 0 or arrival is None or not _first_step(arrival) or arrival.awaiting_input:
+        return False
+    if not job.is_stream or job.detached or not job.units_done or job.playback.reader_lag(now):
+        return False
+    in_hand = job.playback.in_hand(now)
+    newcomers = [j for j in state.admitted() if _first_step(j) and j not in state.running and not j.awaiting_input]
+    return in_hand is not None and in_hand >= sum(state.next_step_s(j) for j in newcomers) + settings.stream_yield_s
 
 
 def _goes_with_another(state: QueueState, job: Job, ready: list[Job]) -> bool:

@@ -8,11 +8,10 @@ under way of one stops early where its engine can, `engines.step_stop`)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -46,10 +45,10 @@ class Scheduler:
         self.lanes = lanes
         self.queue = FairQueue(settings, lanes=lanes, shared_keys=shared_keys)
         self.resident = resident
-        self._preempt_lock = threading.Lock()
-        self._background_stop: StepStop | None = None
-        """The stop of the background step under way while it has delivered nothing yet: an interactive arrival sets
-        it, and the step is said again later from its start (`_step`)."""
+        self._lock = threading.Lock()
+        self._stoppable: dict[Job, StepStop] = {}
+        """The stops of the steps under way that have delivered nothing yet and may be stopped for an arrival (a
+        background job's, a stream's past its first step: `gpu.ordering.yields_to`); the job says the step again."""
         self._arrivals = 0
         """Interactive arrivals so far: one that came between a background step's pick and its start stops it too."""
         gpu.attach(self._next_step)
@@ -67,18 +66,22 @@ class Scheduler:
         if job.background:
             self.gpu.wake()
         else:
-            self.arrived()
+            self.arrived(job)
         return job
 
-    def arrived(self) -> None:
-        """Interactive work can step now (a request admitted, a live request's text come): a background step under
-        way that has delivered nothing yet is stopped where its engine can stop it (`engines.step_stop`), so the
-        arrival waits milliseconds instead of a step; the background job says that step again later."""
-        with self._preempt_lock:
+    def arrived(self, job: Job | None) -> None:
+        """Interactive work can step now (`job` admitted, or a live job's text come): a step under way that has
+        delivered nothing yet and yields to it (a background job's; a stream's ahead of its listener, for a
+        newcomer: `gpu.ordering.yields_to`) is stopped where its engine can stop it (`engines.step_stop`), so the
+        arrival waits milliseconds instead of a step; that job says its step again later."""
+        with self._lock:
             self._arrivals += 1
-            stop = self._background_stop
-        if stop is not None:
-            stop.set()
+            stoppable = list(self._stoppable.items())
+        for running, stop in stoppable:
+            if self.queue.yields_to(running, job):
+                with self._lock:  # not once its audio is out: it could not be said again
+                    if self._stoppable.get(running) is stop:
+                        stop.set()
         self.gpu.wake()
 
     def stats(self) -> dict[str, Any]:
@@ -93,54 +96,60 @@ class Scheduler:
         return len(jobs)
 
     def _next_step(self) -> Step | None:
+        arrivals = self._arrivals
         job = self.queue.pick(self.resident())
         if job is None:
             return None
         beside = self.queue.runs_beside(job)
         alongside = self.lanes(job.engine) > 1 and not job.cancelled.is_set()
-        arrivals = self._arrivals
-        return Step(lambda: self._step(job, beside, arrivals), alongside=alongside)
+        stop = StepStop()
+        if job.background or (job.is_stream and job.units_done and job.give_back is not None):
+            with self._lock:
+                self._stoppable[job] = stop
+                if job.background and self._arrivals != arrivals:
+                    stop.set()
+        return Step(lambda: self._step(job, stop, beside), alongside=alongside)
 
-    def _step(self, job: Job, beside: bool = False, arrivals: int = 0) -> None:
+    def _step(self, job: Job, stop: StepStop, beside: bool = False) -> None:
         """Run one step of `job` on the GPU thread (or a lane, `beside` other steps or alone), handing each piece over
-        as it is produced. A background job's step runs within a stop of its own, which its cancellation and an
-        interactive arrival set (`arrived`; `arrivals`: the count when it was picked)."""
+        as it is produced. The step runs within a stop of its own, which the job's cancellation sets, and an arrival
+        it yields to (`arrived`)."""
         began = time.perf_counter()
         ending: Any = None  # how the job ends with this step, if it does
         stopped = False
         audio_s: float | None = None  # audio of a step that ran to its end
-        stop = StepStop() if job.background else job.cancelled
-        cancels = job.cancelled.hooked(stop.set) if stop is not job.cancelled else contextlib.nullcontext()
         delivered = job.delivered
         try:
-            if not job.redo:  # a step said again was cut already
-                self.queue.cut_step(job)
-            with running_step(beside), cancels, within(stop):
-                if job.background:
-                    with self._preempt_lock:
-                        self._background_stop = stop
-                        if self._arrivals != arrivals:
-                            stop.set()
-                ending, audio_s = self._run_unit(job, began)
-        except StepStopped:  # cancelled, or a background step stopped for an arrival: the engine is free already
-            if job.cancelled.is_set():
-                ending, stopped = job.dropped(), True
-            elif job.delivered != delivered:  # stopped in a later inference of its unit: it cannot be said again
-                ending = RuntimeError("a background step was stopped after it had delivered audio")
-            else:
-                job.redo = True
+            if self.queue.cut_step(job):
                 log.debug(
-                    "job %d (key %s) stopped %.3fs into its step for an arrival",
+                    "job %d (key %s) step %d cut to %d chars",
                     job.id,
                     job.key,
+                    job.units_done + 1,
+                    job.unit_chars[job.units_done],
+                )
+            with running_step(beside), job.cancelled.hooked(stop.set), within(stop):
+                ending, audio_s = self._run_unit(job, began)
+        except StepStopped:  # cancelled, or stopped for an arrival: the engine is free already
+            if job.cancelled.is_set():
+                ending, stopped = job.dropped(), True
+            elif job.delivered != delivered or job.give_back is None:  # in a later inference of its unit
+                ending = RuntimeError("a step was stopped for an arrival after it had delivered audio")
+            else:
+                job.give_back()
+                job.yielded = not job.background
+                log.debug(
+                    "job %d (key %s, %s) stopped %.3fs into its step for an arrival",
+                    job.id,
+                    job.key,
+                    _kind(job),
                     time.perf_counter() - began,
                 )
         except Exception as exc:  # handed to the request
             ending = exc
         finally:
-            if job.background:
-                with self._preempt_lock:
-                    self._background_stop = None
+            with self._lock:
+                self._stoppable.pop(job, None)
             # Accounted before the job's end is delivered, so its timings include this step.
             spent = time.perf_counter() - began
             # In the order steps ran: what a newcomer waited for is read from these lines (debug level only).
@@ -160,18 +169,17 @@ class Scheduler:
         if job._units is None:
             job.started_at = began
             job._units = job.steps()
-        unit = _said_again(job._units) if job.redo else next(job._units, None)
-        job.redo = False
+        unit = next(job._units, None)
         if unit is None:
             return DONE, None
         samples = 0
-        preemptible = job.background
+        said = False
         try:
             for piece in unit:
-                if preemptible:  # its audio is out: the step can no longer be said again
-                    with self._preempt_lock:
-                        self._background_stop = None
-                    preemptible = False
+                if not said:  # its audio is out: the step can no longer be said again
+                    with self._lock:
+                        self._stoppable.pop(job, None)
+                    said = True
                 job._deliver(piece)
                 if isinstance(piece, np.ndarray):  # word timings come between pieces
                     if not samples:  # its audio reaches the reader: what a unit says it speaks is counted said
@@ -205,19 +213,6 @@ class Scheduler:
             log.info("job %d (key %s) dropped before its next step: %s", job.id, job.key, job.cancel_reason)
         self.queue.remove(job)
         job._deliver(outcome)
-
-
-def _said_again(units: Iterator[Iterable[Any]]) -> Iterable[Any] | None:
-    """The unit a background job's step source gives again for the one stopped before it delivered anything: its
-    source takes `send(True)` (lifecycle.synthesis `steps`)."""
-    send = getattr(units, "send", None)
-    if send is None:
-        raise RuntimeError("a stopped step can be said again only by a source that takes send(True)")
-    try:
-        again: Iterable[Any] = send(True)
-    except StopIteration:
-        return None
-    return again
 
 
 def _kind(job: Job) -> str:

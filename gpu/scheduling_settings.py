@@ -66,6 +66,12 @@ class SchedulingSettings(EngineSettings):
     waits about this long at most. Whole chunks again when the listener holds less than one such step. 0 never cuts a
     step short."""
 
+    stream_yield_s: float = Field(1.0, ge=0)
+    """A stream ahead of its listener stops its step under way (on engines that can stop one: Kokoro on ONNX Runtime
+    and OpenVINO) for a newcomer's first step, while its listener holds that step and this much more audio; it says
+    its step again after, cut at a word gap if no clause ends before its listener would run dry. So a newcomer's wait
+    does not depend on the clause lengths of the streams playing. 0: a newcomer waits for the step under way."""
+
     short_step_word_cuts: bool = False
     """A short step whose text opens with a clause longer than the step is cut inside that clause, at a word gap
     where a speaker could pause (never right after an article or a preposition, never inside a number read out), so

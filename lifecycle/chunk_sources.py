@@ -25,6 +25,11 @@ class ChunkSource(Protocol):
         """The next chunk and whether it is known to be the last; None once there are no more."""
         ...
 
+    def give_back(self) -> None:
+        """The chunk taken last comes first again: its step was stopped before it delivered any audio (an arrival
+        went first), and the next take gives it again, or the head of it where the scheduler cuts it short first."""
+        ...
+
 
 class PlannedChunks:
     """The chunks of a text planned whole (`chunk_text`): all known, always ready; the next one may be cut short at
@@ -35,6 +40,7 @@ class PlannedChunks:
         self.unit_chars = tuple(len(chunk.text) for chunk in chunks)
         self._chunks = collections.deque(chunks)
         self._inside = inside_clauses
+        self._taken: Chunk | None = None
 
     def ready(self) -> bool:
         return True
@@ -42,13 +48,19 @@ class PlannedChunks:
     def take(self) -> tuple[Chunk, bool] | None:
         if not self._chunks:
             return None
-        chunk = self._chunks.popleft()
+        chunk = self._taken = self._chunks.popleft()
         return chunk, not self._chunks
 
-    def shorten(self, max_chars: int) -> tuple[int, int] | None:
-        """Cut the next chunk after its leading clauses (or words) within `max_chars` (`cut_short`): the characters of the two
-        chunks it becomes; None where it cannot be."""
-        cut = cut_short(self._chunks[0], max_chars, self._inside) if self._chunks else None
+    def give_back(self) -> None:
+        if self._taken is not None:
+            self._chunks.appendleft(self._taken)
+            self._taken = None
+
+    def shorten(self, max_chars: int, inside_clauses: bool = False) -> tuple[int, int] | None:
+        """Cut the next chunk after its leading clauses (or words) within `max_chars` (`cut_short`): the characters of
+        the two chunks it becomes; None where it cannot be. `inside_clauses`: a word gap inside a clause will do for
+        this cut, whatever POLYTTS_SHORT_STEP_WORD_CUTS says (a stream that gave its step to a newcomer)."""
+        cut = cut_short(self._chunks[0], max_chars, self._inside or inside_clauses) if self._chunks else None
         if cut is None:
             return None
         head, rest = cut

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Iterator
 
 from audio.encoding import to_pcm16
 from audio.word_timings import ChunkWords, Words, decode_chunk_words, encode_chunk_words
@@ -114,7 +114,8 @@ class SynthesisService:
         try:
             self.check_open()
             plan = await self.planner.plan_voice(request, ctx.engine, timed, ctx.principal)
-            text = self.planner.live_text(plan, self.scheduler.arrived, phrase_chars, ssml)
+            job: Job | None = None  # the wake below runs once a phrase has come: the job is submitted by then
+            text = self.planner.live_text(plan, lambda: self.scheduler.arrived(job), phrase_chars, ssml)
             plan = timings.plan = dataclasses.replace(plan, chunks=text.taken)
             job = self.submit(plan, ctx, text)
             speech = Speech(plan, timings, ctx, self._generated(plan, job, timings), job)
@@ -225,18 +226,17 @@ class SynthesisService:
         engine = plan.engine
         manager = self.pool.manager
 
-        def steps() -> Generator[ChunkAudio, bool | None, None]:
+        def steps() -> Iterator[ChunkAudio]:
             voice = Voicing(engine, plan.options, plan.timed)
             try:
+                # A step stopped before its audio (an arrival went first) gives its chunk back: taken here again.
                 while (taken := chunks.take()) is not None:
                     chunk, last = taken
                     # Another request may have switched engines between two steps: load again if so.
                     self.pool.ensure(engine.name)
                     # Cached by the engine after the first time; a chunk may name another voice (SSML `<voice>`).
                     handle = engine.prepare_voice(plan.voices.get(chunk.voice or "", plan.voice))
-                    again = True
-                    while again:  # the scheduler sends True for a step stopped before its audio: said again
-                        again = bool((yield voice.chunk(chunk, handle, last)))
+                    yield voice.chunk(chunk, handle, last)
                     manager.touch(engine.name)
             finally:
                 engine.release()
@@ -255,6 +255,7 @@ class SynthesisService:
             client=ctx.client,
             background=ctx.background,
             ready=chunks.ready,
+            give_back=chunks.give_back,
             # Live phrases are cut as the text arrives; a planned text's chunks may be cut short again.
             shorten=chunks.shorten if isinstance(chunks, PlannedChunks) else None,
             cuts=chunks.cut_steps if isinstance(chunks, PlannedChunks) else None,

@@ -78,6 +78,8 @@ class LiveText:
         """Phrases cut so far (taken or waiting)."""
         self._phrases_taken: list[int] = []
         """For each step taken, the phrases taken by its end (a step may speak several: `take`)."""
+        self._given_back = 0
+        """Phrases of the step given back (`give_back`), now the first chunk: it counts as that many when taken."""
         self.flush_marks: list[int] = []
         """For each flush so far, the phrases cut by its end: once that many phrases are spoken, so is everything
         sent before it (Cartesia's `flush_done`)."""
@@ -243,7 +245,7 @@ class LiveText:
             if not self._chunks:
                 return None
             chunk = self._chunks.popleft()
-            phrases = 1
+            phrases, self._given_back = self._given_back or 1, 0
             cap = self._segmenter.aim(not self.taken)  # a first step no longer than it aims at: the first audio
             while self._chunks and joinable(chunk, self._chunks[0], cap):
                 chunk = together(chunk, self._chunks.popleft())
@@ -251,6 +253,15 @@ class LiveText:
             self.taken.append(chunk)
             self._phrases_taken.append((self._phrases_taken[-1] if self._phrases_taken else 0) + phrases)
             return chunk, self._closed and not self._chunks
+
+    def give_back(self) -> None:
+        """The step taken last comes first again (its step was stopped before it delivered any audio): the next take
+        gives it again, with any phrase that has come since and may join it."""
+        with self._lock:
+            if self.taken:
+                self._chunks.appendleft(self.taken.pop())
+                last = self._phrases_taken.pop()
+                self._given_back = last - (self._phrases_taken[-1] if self._phrases_taken else 0)
 
     def phrases_in(self, steps: int) -> int:
         """How many phrases (as `cut` and `flush_marks` count them) the first `steps` steps taken have spoken."""

@@ -123,8 +123,9 @@ def test_a_background_step_is_cut_short_by_characters_never_by_measured_speed(lo
     fair = queue(clock, background_step_chars=60)
     asked: list[int] = []
 
-    def shorten(max_chars: int) -> tuple[int, int]:
+    def shorten(max_chars: int, inside_clauses: bool) -> tuple[int, int]:
         asked.append(max_chars)
+        assert not inside_clauses
         return 50, 70
 
     background = job(loop, "reader", background=True)

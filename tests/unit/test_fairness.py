@@ -474,6 +474,7 @@ def test_the_policy_shows_every_scheduling_setting_under_the_names_admin_schedul
         "stream_admission": True,
         "stream_gpu_share": 0.8,
         "short_step_s": 0.8,
+        "stream_yield_s": 1.0,
         "short_step_word_cuts": False,
         "background_step_chars": 0,
         "stream_max_start_wait_s": 5.0,
@@ -1113,6 +1114,43 @@ def test_a_stream_ahead_of_its_listener_cuts_a_long_clause_at_word_gaps_so_no_st
     assert [len(step.text) <= 40 for step in steps[1:-1]] == [True] * (len(steps) - 2) and len(steps[-1].text) <= 60
     assert [step.pause for step in steps[1:]].count("none") >= 2  # cut at word gaps: the joiner leaves a word gap
     assert " ".join(step.text for step in steps) == " ".join(c.text for c in chunk_text(LONG_OPENING, 60, 120))
+
+
+def test_a_stream_gives_its_step_to_a_newcomer_while_its_listener_can_spare_it_then_ends_its_step_in_time(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    queue = measured(FairQueue(roomy(short_step_s=0.8, stream_yield_s=1.0), clock))
+    job, chunks = planned_stream(queue, loop, "a", LONG_OPENING)  # clauses cut only after a clause
+    take_step(queue, clock, job, chunks)  # its first 60 characters: 3.96 s in its listener's hand
+    assert queue.pick({"kokoro"}) is job and not queue.cut_step(job)  # the rest of the long clause: one 1.9 s step
+    chunks.take()
+    clock.advance(1.3)  # its listener now holds 2.66 s
+    whole = queue.add(fake_job(loop, "c", chars=100))
+    live = queue.add(live_job(loop, "d", "10.0.0.4", []))
+    assert not queue.yields_to(job, whole) and not queue.yields_to(job, live)  # no newcomer: one waiting for text
+    newcomer = queue.add(stream_job(loop, "b", units=(40,)))  # its first step: 0.8 s
+    assert queue.yields_to(job, newcomer)  # 2.66 s in hand covers it and 1 s more
+    second = queue.add(stream_job(loop, "e", units=(60,)))
+    assert not queue.yields_to(job, second)  # both first steps (2 s) and 1 s more: more than the listener holds
+    queue.remove(second)
+    assert not FairQueue(roomy(stream_yield_s=0.0), clock).yields_to(job, newcomer)  # off
+    # Stopped before its audio: its chunk goes back, the newcomer steps, then the stream says the clause again, cut
+    # at a word gap so that it ends while its listener still holds audio (1.86 s less 0.3 s of margin: 78 characters)
+    queue.charge(job, 0.0)
+    chunks.give_back()
+    job.yielded = True
+    queue.remove(whole)
+    assert serve(queue, clock) is newcomer
+    again = take_step(queue, clock, job, chunks)
+    assert again.pause == "none" and len(again.text) <= 78, again
+    rest = [take_step(queue, clock, job, chunks) for _ in range(len(job.chars_left()))]
+    assert not job.yielded  # its listener's audio covered its next step again: cut as any stream's
+    planned = [c.text for c in chunk_text(LONG_OPENING, 60, 120)]
+    assert " ".join(c.text for c in [again, *rest]) == " ".join(planned[1:])
+    background = fake_job(loop, "f")
+    background.background = True
+    assert queue.yields_to(background, whole)  # a background step yields to any interactive arrival
 
 
 def test_a_stream_running_low_takes_its_whole_chunk_and_beside_another_step_a_shorter_one(

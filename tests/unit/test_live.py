@@ -149,6 +149,25 @@ def test_phrases_taken_as_they_come_stay_steps_of_their_own() -> None:
     assert said == ["One", "two", "three"] and text.phrases_in(3) == 3
 
 
+def test_a_step_given_back_is_taken_again_with_what_came_since_and_its_phrases_still_counted() -> None:
+    """A step stopped before its audio (a newcomer went first) gives its phrases back: the next take gives them
+    again, with a phrase that came meanwhile where it may join them, and the flush marks still count phrases."""
+    text, _ = live_text()
+    for word in ("One", "two"):
+        text.add(word)
+        text.flush()
+    first = text.take()
+    assert first is not None and first[0].text == "One two" and text.phrases_in(1) == 2
+    text.add("three")
+    text.flush()
+    text.give_back()
+    assert text.taken == [] and text.phrases_in(0) == 0
+    text.close()
+    again = text.take()
+    assert again is not None and again == (Chunk("One two three", "none", parts=again[0].parts), True)
+    assert text.phrases_in(1) == 3 and text.flush_marks == [1, 2, 3] and text.take() is None
+
+
 @pytest.mark.parametrize(
     ("first", "then"),
     [

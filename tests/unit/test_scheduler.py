@@ -4,6 +4,7 @@ gates."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
 from collections.abc import Iterator
@@ -470,11 +471,13 @@ async def test_steps_of_an_engine_with_lanes_run_at_once_and_one_off_calls_wait_
 
 
 async def test_a_background_step_stopped_before_its_audio_is_said_again_and_after_it_fails(gpu: GpuThread) -> None:
-    """The step source of a background job takes `send(True)` for a step stopped before it delivered anything and
-    gives that step again; a step stopped after it delivered audio cannot be said again, so the job fails rather
+    """A step stopped before it delivered anything gives its chunk back to its source (`Job.give_back`) and the job's
+    next step takes it again; a step stopped after it delivered audio cannot be said again, so the job fails rather
     than say part of its audio twice."""
 
-    def stopped_once(deliver_first: bool) -> Iterator[Iterator[np.ndarray]]:
+    def stopped_once(deliver_first: bool) -> Job:
+        left = collections.deque([1.0, 2.0])
+        taken: list[float] = []
         tries = 0
 
         def unit(value: float) -> Iterator[np.ndarray]:
@@ -486,15 +489,19 @@ async def test_a_background_step_stopped_before_its_audio_is_said_again_and_afte
                 raise StepStopped
             yield piece(value)
 
-        again = True
-        while again:
-            again = bool((yield unit(1.0)))
-        yield unit(2.0)
+        def steps() -> Iterator[Iterator[np.ndarray]]:
+            while left:
+                taken.append(left.popleft())
+                yield unit(taken[-1])
+
+        job = Job("kokoro", 10, steps, loop, background=True, unit_chars=(5, 5))
+        job.give_back = lambda: left.appendleft(taken.pop())
+        return job
 
     scheduler = scheduler_for(gpu)
     loop = asyncio.get_running_loop()
-    redone = scheduler.submit(Job("kokoro", 10, lambda: stopped_once(False), loop, background=True, unit_chars=(5, 5)))
+    redone = scheduler.submit(stopped_once(False))
     assert values(await collect(redone)) == [1.0, 2.0]  # the stopped step said again, once
-    broken = scheduler.submit(Job("kokoro", 10, lambda: stopped_once(True), loop, background=True, unit_chars=(5, 5)))
+    broken = scheduler.submit(stopped_once(True))
     with pytest.raises(RuntimeError, match="after it had delivered audio"):
         await collect(broken)

@@ -92,6 +92,23 @@ def test_a_single_clause_cut_inside_leaves_a_rest_worth_a_step() -> None:
     assert cut_short(chunk, 200, inside_clauses=True) is None  # it fits: no cut
 
 
+def test_a_chunk_given_back_is_taken_again_and_may_then_be_cut_inside_its_clause() -> None:
+    chunks = PlannedChunks(chunk_text(f"{LONG_CLAUSE}, and then it closes its doors for the night.", 60, 200))
+    first = chunks.take()
+    taken = chunks.take()
+    assert first is not None and taken is not None
+    chunks.give_back()  # its step was stopped before its audio
+    chunks.give_back()  # a second give-back with nothing taken since changes nothing
+    again = chunks.take()
+    assert again == taken
+    chunks.give_back()
+    assert chunks.shorten(40, inside_clauses=True) is not None  # a stream that yielded: inside the clause
+    head = chunks.take()
+    assert head is not None and head[0].pause == "none" and len(head[0].text) <= 40
+    rest = chunks.take()
+    assert rest is not None and f"{head[0].text} {rest[0].text}" == taken[0].text and rest[1] == taken[1]
+
+
 def test_a_cut_inside_a_clause_never_splits_a_number_read_out_and_keeps_each_sides_written_text() -> None:
     spoken = read_english(Spoken.of("On the second day it cost $4.50 more to bring the big blue sofa up to the house"))
     (chunk,) = spoken.chunks(200, 200)

@@ -56,14 +56,18 @@ def test_outside_a_step_nothing_stops() -> None:
 
 
 class Announced:
-    """A runner (engines/kokoro/onnx_routes.py) whose `run` says when it starts."""
+    """A runner (engines/kokoro/onnx_routes.py) whose `run` says when its `nth` inference starts."""
 
-    def __init__(self, runner: Any) -> None:
+    def __init__(self, runner: Any, nth: int = 1) -> None:
         self.runner = runner
         self.running = threading.Event()
+        self.nth = nth
+        self.runs = 0
 
     def run(self, *args: Any) -> Any:
-        self.running.set()
+        self.runs += 1
+        if self.runs >= self.nth:
+            self.running.set()
         return self.runner.run(*args)
 
 
@@ -186,4 +190,49 @@ async def test_a_background_step_stops_for_an_arrival_and_is_said_again_with_the
     assert any("into its step for an arrival" in line for line in lines), lines
     steps = [line for line in lines if " step " in line and " took " in line]
     assert "(key test, file)" in steps[1] and "(key narrator, background)" in steps[2], steps  # the arrival first
+    assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records), lines
+
+
+@pytest.fixture
+def chunked(tmp_path: Path, assembled_model: Path) -> Iterator[Service]:
+    """The service on the real engine as a node runs it (60 characters first, then 120), one step at a time, no
+    caches."""
+    with kokoro_service(
+        tmp_path, assembled_model, onnx_parallel_steps=1, memory_cache_bytes=0, pcm_cache_bytes=0
+    ) as built:
+        yield built
+
+
+@pytest.mark.slow
+async def test_a_stream_gives_its_step_under_way_to_a_newcomer_and_says_it_after(
+    chunked: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream's second step, under way while its listener holds its first (about 4 s of audio), is stopped when a
+    newcomer arrives: the newcomer's first step runs at once, then the stream says its step again from its start,
+    and its listener hears the whole text."""
+
+    async def stream(text: str, key: str) -> bytes:
+        ctx = RequestContext("test", key, streaming=True)
+        speech = await chunked.synthesis.speak(TTSRequest(text=text, language="en"), ctx)
+        return b"".join([pcm async for pcm in speech.pcm()])
+
+    alone = await stream(LONG, "reader")
+    short_alone = await stream(SHORT, "newcomer")
+    engine = chunked.pool.engines["kokoro"]
+    assert isinstance(engine, KokoroEngine) and isinstance(engine.backend, OnnxBackend)
+    announced = Announced(engine.backend._alone, nth=2)
+    monkeypatch.setattr(engine.backend, "_alone", announced)
+    caplog.set_level("DEBUG", logger="polytts.scheduler")
+    playing = asyncio.create_task(stream(LONG, "reader"))
+    assert await asyncio.to_thread(announced.running.wait, 60), "the stream's second step did not start"
+    assert await stream(SHORT, "newcomer") == short_alone
+    heard = await playing
+    monkeypatch.undo()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("(key reader, stream) stopped" in line and "for an arrival" in line for line in lines), lines
+    steps = [line for line in lines if " step " in line and " took " in line]
+    assert "(key reader, stream) step 1 " in steps[0] and "(key newcomer, stream) step 1 " in steps[2], steps
+    assert "(key reader, stream) step 2 " in steps[3], steps  # said again, after the newcomer's
+    # The whole text, its step said again perhaps cut at another place: the same length within a few word gaps.
+    assert abs(len(heard) - len(alone)) < 0.05 * len(alone)
     assert not any(r.levelname in ("WARNING", "ERROR") for r in caplog.records), lines
