@@ -40,14 +40,13 @@ class KokoroSettings(EngineSettings):
     """Folder holding `model.onnx`, `voices.npz` and `vocab.json` for Kokoro on ONNX Runtime.
     Default: `<models_dir>/kokoro-82m-int8`, assembled by `python -m models.assemble`."""
 
-    kokoro_onnx_route: RouteSetting = "int8"
+    kokoro_onnx_route: RouteSetting = "auto"
     """How the ONNX backend runs Kokoro: `int8`, the assembled int8 graph on ONNX Runtime; `openvino-bf16`, that
-    graph's weights dequantized (derived in memory at load) on OpenVINO in bf16; `openvino-f32`, the same in f32
+    graph's weights dequantized (derived once from it and kept beside it, in `openvino/`) on OpenVINO in bf16, its
+    sine generator in f32 (0.4x int8's time on a processor with AVX512-BF16 or AMX); `openvino-f32`, the same in f32
     (not faster than int8: for checking the route's numbers). `auto` takes `openvino-bf16` where /proc/cpuinfo shows
-    avx512_bf16 or amx_bf16 and the `openvino` package is installed (./run.sh installs it for any route but `int8`),
-    `int8` otherwise. The default is `int8`: bf16 is 0.4x int8's time but its audio grows quieter with a step's
-    length (0.92x, 0.83x, 0.67x int8's loudness at 45, 130, 300 tokens; f32 holds 1.04x), so it is opt-in until that
-    is found. /health reports the route taken and the flags it was chosen by."""
+    avx512_bf16 or amx_bf16 and the `openvino` package is installed (./run.sh installs it then, about 180 MB),
+    `int8` otherwise. /health reports the route taken and the flags it was chosen by."""
 
     onnx_threads: int = Field(0, ge=0, le=256)
     """ONNX Runtime intra-op threads; 0 uses every core."""

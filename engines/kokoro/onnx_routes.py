@@ -2,10 +2,10 @@
 the processor's flags), and one runner per route.
 
 - `int8`: the assembled int8 graph on ONNX Runtime. Everywhere; the only route without the `openvino` package.
-- `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived in memory at load
-  from the assembled int8 one: nothing downloaded, nothing more on disk) on OpenVINO's runtime with its inference
-  precision set to bf16, which it runs in hardware on AVX512-BF16 or AMX. Opt-in (its audio grows quieter with a step's
-  length); `auto` takes it where the flags show either and `openvino` is installed (./run.sh installs it then).
+- `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived from the assembled
+  int8 one on first use and kept beside it: nothing downloaded) on OpenVINO's runtime with its inference precision
+  set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. `auto`, the default,
+  takes it where the flags show either and `openvino` is installed (./run.sh installs it then).
 - `openvino-f32`: that float graph on OpenVINO in f32: the route's numbers without bf16, for any x86 CPU (the tests
   run it wherever OpenVINO runs; it is not faster than `int8`).
 
@@ -15,7 +15,6 @@ A runner runs one inference and stops it from another thread when its step is st
 from __future__ import annotations
 
 import importlib.util
-import io
 import logging
 import queue
 from collections.abc import Collection
@@ -89,7 +88,8 @@ class OpenVinoRunner:
     on a freshly compiled model, and the runner serves on from that one."""
 
     def __init__(self, model: Any, precision: str, threads: int) -> None:
-        """`model`: an `openvino.Model` (see `read_float_graph`)."""
+        """`model`: an `openvino.Model` (see `read_float_graph`). Compiled at each load (1.4 s on the 2-core machine;
+        OpenVINO's cache of compiled models would make it 0.5 s for another 330 MB on disk)."""
         self._model = model
         self._config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
         self._compiled = self._compile()
@@ -141,11 +141,14 @@ class OpenVinoRunner:
 
 
 def read_float_graph(int8_model: Path) -> Any:
-    """The `openvino.Model` of the int8 graph's float copy (models/float_graph.py), built in memory."""
-    import onnx
+    """The `openvino.Model` of the int8 graph's float copy, its sine generator kept in f32 (models/float_graph.py),
+    derived once into `openvino/` beside the int8 graph and read from there."""
     import openvino as ov
 
-    from models.float_graph import dequantize
+    from models.float_graph import float_ir
 
-    data = dequantize(onnx.load(str(int8_model))).SerializeToString()
-    return ov.Core().read_model(io.BytesIO(data))
+    return ov.Core().read_model(float_ir(int8_model, int8_model.parent / OPENVINO_FOLDER))
+
+
+OPENVINO_FOLDER = "openvino"
+"""Beside the assembled int8 graph: the float IR derived from it."""

@@ -196,9 +196,15 @@ async def test_a_background_step_stops_for_an_arrival_and_is_said_again_with_the
 @pytest.fixture
 def chunked(tmp_path: Path, assembled_model: Path) -> Iterator[Service]:
     """The service on the real engine as a node runs it (60 characters first, then 120), one step at a time, no
-    caches."""
+    caches; streams admitted by count (whether one thread keeps two streams in real time is admission's business,
+    tests/unit/test_fairness.py)."""
     with kokoro_service(
-        tmp_path, assembled_model, onnx_parallel_steps=1, memory_cache_bytes=0, pcm_cache_bytes=0
+        tmp_path,
+        assembled_model,
+        onnx_parallel_steps=1,
+        memory_cache_bytes=0,
+        pcm_cache_bytes=0,
+        stream_admission=False,
     ) as built:
         yield built
 
