@@ -45,7 +45,8 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
     ).start()
     try:
         with server.client() as client:
-            long_body = {"text": LONG, "language": "en", "max_chars_per_gen": 140}
+            # Its first step, then three of about 140 characters: the short one arrives during the second.
+            long_body = {"text": LONG[: LONG.index("Paragraph 6")], "language": "en", "max_chars_per_gen": 140}
             arrivals: list[tuple[float, int]] = []
             started = threading.Event()
             reader = threading.Thread(
@@ -64,7 +65,7 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
                 for _ in pieces:
                     pass
             reader.join(120)
-            steps = len(LONG) / 140
+            steps = len(long_body["text"]) / 140
             step_bytes = sum(n for _, n in arrivals) / steps
             meanwhile = sum(n for t, n in arrivals if submitted <= t <= first_audio)
             # At most the long request's step under way (and one more piece in flight) before the short one.
@@ -113,9 +114,9 @@ def test_per_key_and_per_engine_limits(tmp_path: Path, assembled_model: Path) ->
         server.stop()
 
 
-PATIENT = " ".join(["Please hold the line now, thank you."] * 30)
-"""One-sentence steps of ~2.5 s of audio (more than the server's send buffers take at once), and enough of them
-never to finish while the reader crawls."""
+PATIENT = " ".join(["Hold the line, please."] * 30)
+"""One-sentence steps of ~1.5 s of audio (72 KB: more than the server's send buffers and the reader's receive buffer
+take at once), and enough of them never to finish while the reader crawls."""
 
 
 class SlowReader(threading.Thread):
