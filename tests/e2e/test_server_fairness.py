@@ -46,7 +46,8 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
     try:
         with server.client() as client:
             # Its first step, then three of about 140 characters: the short one arrives during the second.
-            long_body = {"text": LONG[: LONG.index("Paragraph 6")], "language": "en", "max_chars_per_gen": 140}
+            long_text = LONG[: LONG.index("Paragraph 6")]
+            long_body = {"text": long_text, "language": "en", "max_chars_per_gen": 140}
             arrivals: list[tuple[float, int]] = []
             started = threading.Event()
             reader = threading.Thread(
@@ -65,7 +66,7 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
                 for _ in pieces:
                     pass
             reader.join(120)
-            steps = len(long_body["text"]) / 140
+            steps = len(long_text) / 140
             step_bytes = sum(n for _, n in arrivals) / steps
             meanwhile = sum(n for t, n in arrivals if submitted <= t <= first_audio)
             # At most the long request's step under way (and one more piece in flight) before the short one.
