@@ -47,6 +47,9 @@ MODEL_FILE = "model.onnx"
 SUM_FILE = "model.sha256"
 MANIFEST_FILE = "assembly.json"
 FILES = (MODEL_FILE, SUM_FILE, MANIFEST_FILE, "voices.npz", "vocab.json")
+DERIVED_FOLDER = "openvino"
+"""What a node derives from the model into its folder (the OpenVINO route's float graph, models/float_graph.py): the
+model's own too, replaced with the folder when it is assembled again."""
 DURATIONS_OUTPUT = "durations"
 RECIPE = 2
 """Bumped whenever assembly writes a different model.onnx: 1 was the published bytes as they are, 2 adds the
@@ -91,7 +94,8 @@ def check_destination(dest: Path) -> None:
     existing = next(path for path in (dest, *dest.parents) if path.exists())
     if not existing.is_dir():
         raise DestinationError(f"{existing} is a file")
-    if existing == dest and (foreign := sorted(entry.name for entry in dest.iterdir() if entry.name not in FILES)):
+    owned = (*FILES, DERIVED_FOLDER)
+    if existing == dest and (foreign := sorted(entry.name for entry in dest.iterdir() if entry.name not in owned)):
         more = ", ..." if len(foreign) > 3 else ""
         raise DestinationError(f"{dest} holds files that are not the model's ({', '.join(foreign[:3])}{more})")
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from engines.cpu_flags import BF16_FLAGS
 from engines.step_stop import StepStopped, on_stop, stopped
-from models.assemble import DURATIONS_OUTPUT
+from models.assemble import DERIVED_FOLDER, DURATIONS_OUTPUT
 
 log = logging.getLogger("polytts.engines.kokoro")
 
@@ -147,8 +147,4 @@ def read_float_graph(int8_model: Path) -> Any:
 
     from models.float_graph import float_ir
 
-    return ov.Core().read_model(float_ir(int8_model, int8_model.parent / OPENVINO_FOLDER))
-
-
-OPENVINO_FOLDER = "openvino"
-"""Beside the assembled int8 graph: the float IR derived from it."""
+    return ov.Core().read_model(float_ir(int8_model, int8_model.parent / DERIVED_FOLDER))

@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
+from models.assemble import DERIVED_FOLDER
 from tests.support.clips import assert_speech_like, wav_clip
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
@@ -135,7 +136,7 @@ def test_failed_engine_is_reported_not_fatal_and_retried(tmp_path: Path, assembl
                 assert response.headers["retry-after"] == "1"
             # The operator repairs the model; once Retry-After has passed, the next request loads it (until then
             # each is answered `engine_failed` at once).
-            shutil.copytree(assembled_model, model_dir)
+            shutil.copytree(assembled_model, model_dir, ignore=shutil.ignore_patterns(DERIVED_FOLDER))
 
             def past_the_failure() -> httpx.Response | None:
                 answer = client.post("/tts", json={"text": "Recovered.", "language": "en"})

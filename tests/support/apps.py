@@ -36,7 +36,7 @@ def kokoro_service(tmp: Path, onnx_dir: Path, **settings: Any) -> Iterator[Servi
             lexicons_dir=tmp / "lexicons",
             kokoro_onnx_dir=onnx_dir,
             kokoro_backend="onnx",
-            **{"onnx_threads": 1, **settings},
+            **{"onnx_threads": 1, "kokoro_onnx_route": "int8", **settings},
         )
     )
     built.gpu.start()

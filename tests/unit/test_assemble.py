@@ -16,6 +16,7 @@ import pytest
 
 from models import assemble as assembly
 from models.assemble import (
+    DERIVED_FOLDER,
     AssemblyError,
     DestinationError,
     assemble,
@@ -191,11 +192,28 @@ def test_a_missing_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 )
 def test_a_stale_or_damaged_record_is_rebuilt(tmp_path: Path, assembled_model: Path, file: str, content: str) -> None:
     dest = tmp_path / "kokoro"
-    shutil.copytree(assembled_model, dest)
+    shutil.copytree(assembled_model, dest, ignore=shutil.ignore_patterns(DERIVED_FOLDER))
     (dest / file).write_text(content)
     assert not is_assembled(dest)
     assemble(dest)
     assert is_assembled(dest) and model_sum(dest) == model_sum(assembled_model)
+
+
+def test_what_a_node_derived_from_the_model_goes_with_the_folder_it_was_derived_from(
+    tmp_path: Path, assembled_model: Path
+) -> None:
+    dest = tmp_path / "kokoro"
+    shutil.copytree(assembled_model, dest, ignore=shutil.ignore_patterns(DERIVED_FOLDER))
+    (dest / DERIVED_FOLDER).mkdir()
+    (dest / DERIVED_FOLDER / "stamp").write_text("a float graph derived from this model")
+    assemble(dest)  # assembled already, the derived folder beside it: nothing to do
+    assert (dest / DERIVED_FOLDER / "stamp").is_file()
+    (dest / "model.sha256").write_text("not a sum")
+    assemble(dest)  # rebuilt: the folder is replaced whole, and what was derived from the old model goes with it
+    assert is_assembled(dest) and not (dest / DERIVED_FOLDER).exists()
+    (dest / "notes.txt").write_text("mine")
+    with pytest.raises(DestinationError, match="notes.txt"):
+        assemble(dest, force=True)
 
 
 def test_a_graph_without_the_duration_chain_is_refused() -> None:

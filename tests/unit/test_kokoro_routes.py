@@ -20,9 +20,9 @@ from engines.device import running_step
 from engines.kokoro import onnx_backend
 from engines.kokoro.engine import KokoroEngine
 from engines.kokoro.onnx_backend import OnnxBackend
-from engines.kokoro.onnx_routes import OPENVINO_FOLDER, OpenVinoRunner, choose_route, openvino_installed
+from engines.kokoro.onnx_routes import OpenVinoRunner, choose_route, openvino_installed
 from engines.step_stop import StepStop, StepStopped, within
-from models.assemble import DURATIONS_OUTPUT, model_sum
+from models.assemble import DERIVED_FOLDER, DURATIONS_OUTPUT, model_sum
 from models.float_graph import F32_KINDS, F32_SCOPE, IR_RECIPE, GraphShapeError, float_ir, keep_in_f32
 from tests.support.kokoro_engines import loaded_onnx_kokoro
 from text.languages import resolve_language
@@ -143,7 +143,7 @@ def test_a_long_window_keeps_int8s_loudness_on_the_openvino_routes(int8: KokoroE
 
 
 def test_the_float_graph_is_derived_once_beside_the_int8_one(openvino: KokoroEngine, assembled_model: Path) -> None:
-    folder = assembled_model / OPENVINO_FOLDER
+    folder = assembled_model / DERIVED_FOLDER
     xml = folder / "model.xml"
     digest = hashlib.sha256((assembled_model / "model.onnx").read_bytes()).hexdigest()
     assert (folder / "stamp").read_text() == f"{digest} recipe {IR_RECIPE}\n"
