@@ -10,7 +10,7 @@ correlation of its waveform with int8's (over the shorter of the two: a token on
 that follows, so this is low unless the durations match), of its average log spectrum, and its loudness.
 
 OpenVINO comes with requirements-dev.txt (requirements-openvino.txt); without it the OpenVINO routes are skipped.
-The float graph is models/float_graph.py's, the one the engine's `openvino-*` routes run.
+The OpenVINO routes run the engine's own float graph (models/float_graph.py's IR, its sine generator kept in f32).
 
 Run: `python -m bench.kokoro_routes [--threads 2] [--runs 5] [--routes openvino_bf16,...] [--out PATH]`; JSON in bench/results/ with the host's
 processor flags and load average.
@@ -53,11 +53,14 @@ def onnx_route(path: Path, threads: int) -> Infer:
     return infer
 
 
-def openvino_route(path: Path, threads: int, precision: str) -> Infer:
+def openvino_route(model: Path | Any, threads: int, precision: str) -> Infer:
+    """`model`: a graph's path, or an `openvino.Model`."""
     import openvino as ov
 
     compiled = ov.Core().compile_model(
-        str(path), "CPU", {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
+        str(model) if isinstance(model, Path) else model,
+        "CPU",
+        {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads},
     )
     request = compiled.create_infer_request()
 
@@ -130,9 +133,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         try:
             import openvino
 
+            from engines.kokoro.onnx_routes import read_float_graph
+
+            graph = read_float_graph(folder / "model.onnx")  # the engine's own: its sine generator kept in f32
             for precision in ("bf16", "f32"):
                 if f"openvino_{precision}" in wanted:
-                    routes[f"openvino_{precision}"] = openvino_route(fp32, args.threads, precision)
+                    routes[f"openvino_{precision}"] = openvino_route(graph, args.threads, precision)
             if "openvino_int8_graph_bf16" in wanted:
                 routes["openvino_int8_graph_bf16"] = openvino_route(folder / "model.onnx", args.threads, "bf16")
             openvino_version = openvino.__version__

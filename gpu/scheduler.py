@@ -103,7 +103,8 @@ class Scheduler:
         beside = self.queue.runs_beside(job)
         alongside = self.lanes(job.engine) > 1 and not job.cancelled.is_set()
         stop = StepStop()
-        if job.background or (job.is_stream and job.units_done and job.give_back is not None):
+        # A step can be said again only by a source that takes its chunk back; a stream's first step never yields.
+        if job.give_back is not None and (job.background or (job.is_stream and job.units_done)):
             with self._lock:
                 self._stoppable[job] = stop
                 if job.background and self._arrivals != arrivals:
@@ -133,7 +134,7 @@ class Scheduler:
         except StepStopped:  # cancelled, or stopped for an arrival: the engine is free already
             if job.cancelled.is_set():
                 ending, stopped = job.dropped(), True
-            elif job.delivered != delivered or job.give_back is None:  # in a later inference of its unit
+            elif job.delivered != delivered or job.give_back is None:  # stopped in a later inference of its unit
                 ending = RuntimeError("a step was stopped for an arrival after it had delivered audio")
             else:
                 job.give_back()
