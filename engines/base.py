@@ -218,6 +218,13 @@ class Engine(ABC):
         (gpu/gpu_thread.py): only an engine on the CPU that is safe to call from several threads says more than 1."""
         return 1
 
+    @property
+    def stops_cheaply(self) -> bool:
+        """Whether a step stopped mid-run (`engines.step_stop`) leaves the engine as fast as before: only then does the
+        scheduler stop a step for an arrival, to say it again later (a cancelled request's step is stopped wherever
+        the engine can stop it)."""
+        return False
+
     def preflight(self) -> None:
         """Raise EngineLoadError when the weights cannot be had now (not local, not cached, hub out of reach). Checked
         before another engine is evicted for this one, so a working engine is never traded for one that cannot load."""

@@ -38,11 +38,15 @@ class Scheduler:
         resident: Callable[[], Collection[str]],
         lanes: Callable[[str], int] = lambda engine: 1,
         shared_keys: Collection[str] = frozenset(),
+        stops_cheaply: Callable[[str], bool] = lambda engine: True,
     ) -> None:
         """`lanes`: how many steps an engine runs at once (its steps then run on the GPU thread's lanes).
-        `shared_keys`: fairness keys that unrelated clients share (`FairQueue`)."""
+        `shared_keys`: fairness keys that unrelated clients share (`FairQueue`). `stops_cheaply`: whether an engine's
+        step may be stopped for an arrival (a stop that slows the engine's next step would cost the arrival more than
+        the step it stopped)."""
         self.gpu = gpu
         self.lanes = lanes
+        self.stops_cheaply = stops_cheaply
         self.queue = FairQueue(settings, lanes=lanes, shared_keys=shared_keys)
         self.resident = resident
         self._lock = threading.Lock()
@@ -104,7 +108,8 @@ class Scheduler:
         alongside = self.lanes(job.engine) > 1 and not job.cancelled.is_set()
         stop = StepStop()
         # A step can be said again only by a source that takes its chunk back; a stream's first step never yields.
-        if job.give_back is not None and (job.background or (job.is_stream and job.units_done)):
+        yields = job.background or (job.is_stream and job.units_done)
+        if yields and job.give_back is not None and self.stops_cheaply(job.engine):
             with self._lock:
                 self._stoppable[job] = stop
                 if job.background and self._arrivals != arrivals:

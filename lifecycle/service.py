@@ -187,6 +187,7 @@ def build_service(settings: Settings) -> Service:
         settings,
         lambda: pool.manager.resident(),
         lanes=lambda engine: pool.engines[engine].steps_at_once,
+        stops_cheaply=lambda engine: pool.engines[engine].stops_cheaply,
         shared_keys={ANONYMOUS},
     )
     registry = VoiceRegistry(

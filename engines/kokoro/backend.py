@@ -27,6 +27,8 @@ class KokoroBackend(ABC):
     lanes: int = 1
     """Inferences it may run at once, from several threads (ONNX Runtime on a CPU node); 1: one at a time, on the
     GPU thread."""
+    stops_cheaply: bool = False
+    """Whether an inference stopped mid-run leaves the runtime as fast as before (`engines.base.Engine.stops_cheaply`)."""
 
     @property
     @abstractmethod

@@ -133,6 +133,10 @@ class KokoroEngine(Engine):
     def steps_at_once(self) -> int:
         return self.backend.lanes if self.backend is not None else 1
 
+    @property
+    def stops_cheaply(self) -> bool:
+        return self.backend is not None and self.backend.stops_cheaply
+
     def _chosen_backend(self) -> KokoroBackend:
         if self.backend is None:
             self.backend = self._make_backend(choose_backend(self.requested, torch_accelerator()))

@@ -4,8 +4,9 @@ the processor's flags), and one runner per route.
 - `int8`: the assembled int8 graph on ONNX Runtime. Everywhere; the only route without the `openvino` package.
 - `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived from the assembled
   int8 one on first use and kept beside it: nothing downloaded) on OpenVINO's runtime with its inference precision
-  set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. `auto`, the default,
-  takes it where the flags show either and `openvino` is installed (./run.sh installs it then).
+  set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. Opt-in (a stopped
+  inference slows the next one, so no step is stopped for a newcomer there); `auto` takes it where the flags show
+  either and `openvino` is installed (./run.sh installs it then).
 - `openvino-f32`: that float graph on OpenVINO in f32: the route's numbers without bf16, for any x86 CPU (the tests
   run it wherever OpenVINO runs; it is not faster than `int8`).
 

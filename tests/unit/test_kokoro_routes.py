@@ -64,6 +64,11 @@ def test_the_backend_decides_auto_by_this_processors_flags(assembled_model: Path
     assert described["cpu_flags"] == backend.flags
 
 
+def test_only_onnx_runtimes_stop_is_cheap_enough_to_stop_a_step_for_an_arrival(assembled_model: Path) -> None:
+    assert OnnxBackend(assembled_model, threads=1, route="int8").stops_cheaply
+    assert not OnnxBackend(assembled_model, threads=1, route="openvino-f32").stops_cheaply
+
+
 def test_an_openvino_route_without_openvino_is_a_clear_load_error(
     assembled_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
