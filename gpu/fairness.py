@@ -71,9 +71,10 @@ class FairQueue:
             self.state.speeds.setdefault(job.engine, EngineSpeed()).learn(chars, gpu_s, audio_s, overlap)
 
     def cut_step(self, job: Job) -> bool:
-        """Cut the next step of a job just picked short (`gpu.ordering.short_step_chars`, `gpu.ordering.chars_in_time`): to about `short_step_s` beside
-        the steps under way when it is a stream ahead of its listener (a newcomer arriving now would wait for it), to
-        what ends in time for its listener after it gave its step to a newcomer; whether it was."""
+        """Cut the next step of a job just picked short: to about `short_step_s` beside the steps under way when it is
+        a stream ahead of its listener (a newcomer arriving now would wait for it: `gpu.ordering.short_step_chars`),
+        and, once it gave a step to a newcomer, to what ends in time for its listener until its listener's audio
+        covers its steps again (`gpu.ordering.chars_in_time`); whether it was."""
         with self._lock:
             now = self.clock()
             chars = ordering.short_step_chars(self.state, job, now)
