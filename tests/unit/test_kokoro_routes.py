@@ -143,8 +143,10 @@ def test_a_long_window_keeps_int8s_loudness_on_the_openvino_routes(int8: KokoroE
     assert len(tokens) >= 100
     audio, _ = backend.infer_timed(tokens, style, 1.0)
     reference, _ = int8.backend.infer_timed(tokens, style, 1.0)
+    # The timbre tells the fix (0.949-0.959 without it at 100-130 tokens); the loudness bound is a sanity bound, wide
+    # enough for AMX's bf16 as well as AVX512-BF16's.
     assert np.corrcoef(log_spectrum(audio), log_spectrum(reference))[0, 1] > 0.965
-    assert 0.88 < np.sqrt(np.mean(audio**2)) / np.sqrt(np.mean(reference**2)) < 1.15
+    assert 0.85 < np.sqrt(np.mean(audio**2)) / np.sqrt(np.mean(reference**2)) < 1.15
 
 
 def test_the_float_graph_is_derived_once_beside_the_int8_one(openvino: KokoroEngine, assembled_model: Path) -> None:
