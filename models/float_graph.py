@@ -231,16 +231,19 @@ IR_RECIPE = 1
 def float_ir(int8_model: Path, folder: Path) -> Path:
     """The OpenVINO IR (`model.xml` and its weights) of `int8_model`'s float copy in `folder`, the sine generator's
     nodes marked to stay in f32 under a bf16 inference precision (`F32_SCOPE`); derived once and kept (about 330 MB)
-    beside a stamp of the model's sha256 and `IR_RECIPE`, and derived again when either changes. Written whole or
-    not at all."""
+    beside a stamp of the model's sha256 (the one its assembly recorded, else read from the file) and `IR_RECIPE`,
+    and derived again when either changes. Written whole or not at all."""
     import hashlib
 
     import onnx
     import openvino as ov
 
-    stamp = f"{hashlib.sha256(int8_model.read_bytes()).hexdigest()} recipe {IR_RECIPE}\n"
+    from models.assemble import model_sum
+
+    digest = model_sum(int8_model.parent) or hashlib.sha256(int8_model.read_bytes()).hexdigest()
+    stamp = f"{digest} recipe {IR_RECIPE}\n"
     xml = folder / "model.xml"
-    if (folder / "stamp").is_file() and (folder / "stamp").read_text() == stamp and xml.is_file():
+    if _stamped(folder, stamp) and xml.is_file():
         return xml
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
@@ -250,7 +253,7 @@ def float_ir(int8_model: Path, folder: Path) -> Path:
         ov.save_model(ov.Core().read_model(io.BytesIO(data)), str(work / "model.xml"), compress_to_fp16=False)
         (work / "model.xml").write_text(keep_in_f32((work / "model.xml").read_text(encoding="utf-8")), "utf-8")
         (work / "stamp").write_text(stamp)
-        if (folder / "stamp").is_file() and (folder / "stamp").read_text() == stamp:
+        if _stamped(folder, stamp):
             return xml  # another process derived it meanwhile: its copy stays, for whoever reads it now
         if folder.exists():
             shutil.rmtree(folder)
@@ -259,6 +262,10 @@ def float_ir(int8_model: Path, folder: Path) -> Path:
         if work.exists():
             shutil.rmtree(work)
     return xml
+
+
+def _stamped(folder: Path, stamp: str) -> bool:
+    return (folder / "stamp").is_file() and (folder / "stamp").read_text() == stamp
 
 
 _LAYER = re.compile(r'<layer id="\d+" name="(?P<name>[^"]*)" type="(?P<kind>[^"]*)"[^>]*>')
