@@ -51,10 +51,10 @@ install() {  # install a requirements file (plus pip options) into the venv unle
   echo "$sum" >"$stamp"
 }
 
-# OpenVINO (about 180 MB) is installed for Kokoro's OpenVINO routes only: asked for by name, or `auto` on a processor
-# that does bf16 in hardware (the default route, int8, does not use it).
+# OpenVINO (about 180 MB) is installed for Kokoro's OpenVINO routes only: asked for by name, or `auto` (the default)
+# on a processor that does bf16 in hardware; int8 does not use it.
 openvino_route() {
-  case ${POLYTTS_KOKORO_ONNX_ROUTE:-int8} in
+  case ${POLYTTS_KOKORO_ONNX_ROUTE:-auto} in
     openvino-*) return 0 ;;
     auto) grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null ;;
     *) return 1 ;;

