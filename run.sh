@@ -85,6 +85,13 @@ setup() {  # the environment, a valid configuration and the default model
     [ "$code" = 2 ] || say "the default model could not be assembled (see above)"
     return "$code"
   }
+  # The bf16 route's float graph, derived here once (about 8 s) rather than at the server's first load.
+  if [ "$1" != requirements-mlx.txt ] && openvino_route; then
+    "$VENV/bin/python" -m models.float_graph || {
+      say "Kokoro's float graph for OpenVINO could not be derived (see above); POLYTTS_KOKORO_ONNX_ROUTE=int8 serves without it"
+      return 1
+    }
+  fi
 }
 
 serve() {

@@ -8,16 +8,21 @@ numbers the int8 kernels stood for, without re-quantizing the activations. What 
 (the embedding tables' `DequantizeLinear`) is standard ONNX and stays.
 
 `atan2_as_torch` fixes one thing of the export that only shows on a runtime other than ONNX Runtime: see there.
-`float_ir` keeps that graph as OpenVINO's IR, its sine generator marked to stay in f32 under bf16 (`F32_SCOPE`).
+`float_ir` keeps that graph as OpenVINO's IR, its sine generator marked to stay in f32 under bf16 (`F32_SCOPE`);
+`python -m models.float_graph` derives it beside the assembled model (./run.sh does, where the route may use it), so
+that a node's first load does not.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -287,3 +292,25 @@ def keep_in_f32(xml: str) -> str:
         raise GraphShapeError(f"no layer of {F32_SCOPE} to keep in f32")
     parts.append(xml[end:])
     return "".join(parts)
+
+
+def main() -> int:
+    """Derive the float IR beside the model the service's settings place (`models.assemble.Destination`); exit 1,
+    saying why, where it cannot be."""
+    from models.assemble import DERIVED_FOLDER, MODEL_FILE, Destination
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("polytts.models")
+    folder = Destination().folder
+    started = time.perf_counter()
+    try:
+        xml = float_ir(folder / MODEL_FILE, folder / DERIVED_FOLDER)
+    except (OSError, GraphShapeError, ImportError) as exc:
+        log.error("cannot derive the float graph of %s for Kokoro's OpenVINO routes: %s", folder / MODEL_FILE, exc)
+        return 1
+    log.info("Kokoro's float graph for OpenVINO: %s (%.1fs)", xml, time.perf_counter() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

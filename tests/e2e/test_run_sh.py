@@ -515,3 +515,16 @@ def test_run_sh_with_an_invalid_setting_says_only_that(tmp_path: Path, variable:
     said = [line for line in stderr.splitlines() if "invalid configuration" in line]
     assert len(said) == 1 and variable in said[0], stderr
     assert "could not be assembled" not in stderr and "Traceback" not in stderr and "s3cret" not in stderr
+
+
+def test_run_sh_setup_derives_the_float_graph_where_the_route_may_take_openvino(tmp_path: Path) -> None:
+    """Once, at setup, not at the server's first load (kept after: derived again only when the model changes)."""
+    env = _env(tmp_path, free_port(), POLYTTS_KOKORO_ONNX_ROUTE="openvino-f32")
+    done = subprocess.run(["./run.sh", "setup"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Kokoro's float graph for OpenVINO: " in done.stderr
+    assert (ROOT / "models" / "kokoro-82m-int8" / "openvino" / "model.xml").is_file()
+    kept = subprocess.run(
+        ["./run.sh", "setup"], cwd=ROOT, env=_env(tmp_path, free_port()), capture_output=True, text=True, timeout=300
+    )
+    assert kept.returncode == 0 and "float graph" not in kept.stderr  # int8: nothing derived

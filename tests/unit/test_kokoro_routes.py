@@ -23,6 +23,7 @@ from engines.kokoro.engine import KokoroEngine
 from engines.kokoro.onnx_backend import OnnxBackend
 from engines.kokoro.onnx_routes import OpenVinoRunner, choose_route, openvino_installed
 from engines.step_stop import StepStop, StepStopped, within
+from models import float_graph
 from models.assemble import DERIVED_FOLDER, DURATIONS_OUTPUT, model_sum
 from models.float_graph import F32_KINDS, F32_SCOPE, IR_RECIPE, GraphShapeError, float_ir, keep_in_f32
 from tests.support.kokoro_engines import loaded_onnx_kokoro
@@ -164,6 +165,24 @@ def test_the_float_graph_is_derived_once_beside_the_int8_one(openvino: KokoroEng
     text = xml.read_text(encoding="utf-8")
     scope = re.findall(rf'<layer id="\d+" name="[^"]*{F32_SCOPE}[^"]*" type="({"|".join(F32_KINDS)})"', text)
     assert len(scope) >= 10 and text.count('name="DisablePrecisionConversion"') == len(scope)  # each marked once
+
+
+def test_python_m_models_float_graph_derives_it_where_the_settings_place_the_model(
+    openvino: KokoroEngine,
+    assembled_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What ./run.sh runs after the assembly where the route may take OpenVINO: here the graph is derived already, so
+    it is kept; a folder without a model is a clear error that writes nothing."""
+    xml = assembled_model / DERIVED_FOLDER / "model.xml"
+    derived = xml.stat().st_mtime_ns
+    monkeypatch.setenv("POLYTTS_KOKORO_ONNX_DIR", str(assembled_model))
+    assert float_graph.main() == 0 and xml.stat().st_mtime_ns == derived
+    monkeypatch.setenv("POLYTTS_KOKORO_ONNX_DIR", str(tmp_path / "absent"))
+    assert float_graph.main() == 1
+    assert "cannot derive the float graph" in caplog.text and not (tmp_path / "absent").exists()
 
 
 def test_only_the_sine_generators_float_layers_are_kept_in_f32() -> None:
