@@ -2,10 +2,10 @@
 the setting may name one), and one runner per route.
 
 - `int8`: the assembled int8 graph on ONNX Runtime. Everywhere; the only route without the `openvino` package.
-- `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived from the assembled
-  int8 one by ./run.sh, else on first use, and kept beside it: nothing downloaded) on OpenVINO's runtime with its inference precision
-  set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. `auto` takes it where
-  the flags show either and `openvino` is installed (./run.sh installs it then).
+- `openvino-bf16`: the same graph with its weights dequantized (models/float_graph.py, derived from the assembled int8
+  one by ./run.sh, else on first use, and kept beside it: nothing downloaded) on OpenVINO's runtime with its inference
+  precision set to bf16, which it runs in hardware on AVX512-BF16 or AMX, its sine generator kept in f32. `auto` takes
+  it where the flags show either and `openvino` is installed (./run.sh installs it then).
 - `openvino-f32`: that float graph on OpenVINO in f32: the route's numbers without bf16, for any x86 CPU (the tests
   run it wherever OpenVINO runs; it is not faster than `int8`).
 
@@ -82,12 +82,13 @@ class OrtRunner:
 class OpenVinoRunner:
     """One model compiled by OpenVINO for the CPU; an infer request per call in flight (kept for the next).
 
-    A cancelled inference can leave the CPU plugin's shared graph in the shapes it was stopped in: the next inference
-    of another length then fails inside the plugin, at once (0.2 s; once in 40 cancels in a loop on the 2-core AMD
-    machine, six times in a 16-case concurrency sweep there, once in CI on an AMX one: "Argument shapes are inconsistent", "Convert node ... has different elements number"), and
-    so does the same row again. One inference of a short row of its tokens sets every node's shapes anew (0.2 s), and
-    the row then runs; where it still fails, the model is compiled again (1.4 s) and the runner serves on from that
-    one. A cancel costs nothing otherwise: the next inference takes its usual time."""
+    A cancelled inference can leave the CPU plugin's shared graph in the shapes it was stopped in: the next
+    inference of another length then fails inside the plugin, at once (0.2 s; once in 40 cancels in a loop on the
+    2-core AMD machine, six times in a 16-case concurrency sweep there, once in CI on an AMX one: "Argument shapes
+    are inconsistent", "Convert node ... has different elements number"), and so does the same row again. One
+    inference of a short row of its tokens sets every node's shapes anew (0.2 s), and the row then runs; where it
+    still fails, the model is compiled again (1.4 s) and the runner serves on from that one. A cancel costs nothing
+    otherwise: the next inference takes its usual time."""
 
     def __init__(self, model: Any, precision: str, threads: int) -> None:
         """`model`: an `openvino.Model` (see `read_float_graph`). Compiled at each load (1.4 s on the 2-core machine;
