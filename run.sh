@@ -61,6 +61,12 @@ openvino_route() {
   esac
 }
 
+# Where a route names OpenVINO, a failure to install it or derive its float graph stops the setup; under `auto` the
+# node serves on int8 instead (as the backend does when the route cannot load), saying so.
+openvino_optional() {
+  [ "${POLYTTS_KOKORO_ONNX_ROUTE:-auto}" = auto ] && say "Kokoro serves on its int8 route instead of OpenVINO's bf16"
+}
+
 environment() {  # the venv with a requirements tier installed
   if [ ! -x "$VENV/bin/python" ]; then
     say "creating virtual environment $VENV"
@@ -68,7 +74,7 @@ environment() {  # the venv with a requirements tier installed
   fi
   install "$1" || { say "pip install -r $1 failed"; return 1; }
   if [ "$1" != requirements-mlx.txt ] && [ "$1" != requirements-dev.txt ] && openvino_route; then
-    install requirements-openvino.txt || { say "pip install -r requirements-openvino.txt failed"; return 1; }
+    install requirements-openvino.txt || { say "pip install -r requirements-openvino.txt failed"; openvino_optional || return 1; }
   fi
   if [ "$1" = requirements-torch.txt ] || [ "$1" = requirements-dev.txt ]; then  # voxcpm, without its declared dependencies
     install requirements-nodeps.txt --no-deps || { say "pip install --no-deps -r requirements-nodeps.txt failed"; return 1; }
@@ -89,7 +95,7 @@ setup() {  # the environment, a valid configuration and the default model
   if [ "$1" != requirements-mlx.txt ] && openvino_route; then
     "$VENV/bin/python" -m models.float_graph || {
       say "Kokoro's float graph for OpenVINO could not be derived (see above); POLYTTS_KOKORO_ONNX_ROUTE=int8 serves without it"
-      return 1
+      openvino_optional || return 1
     }
   fi
 }

@@ -43,12 +43,12 @@ class KokoroSettings(EngineSettings):
     kokoro_onnx_route: RouteSetting = "auto"
     """How the ONNX backend runs Kokoro. `auto` (the default) takes `openvino-bf16` where /proc/cpuinfo shows
     avx512_bf16 or amx_bf16 and the `openvino` package is installed (./run.sh installs it then, about 180 MB),
-    `int8` otherwise. `int8`: the assembled int8 graph on ONNX Runtime (about 0.6 GB resident with a long step under
-    way). `openvino-bf16`: that graph's weights dequantized (derived once from it by ./run.sh, else at the first
-    load, and kept beside it, in `openvino/`, 330 MB) on OpenVINO in bf16, its sine generator in f32: 0.72-0.75x
-    int8's time on a processor with AVX512-BF16, 0.4x with AMX, for about 1.5 GB resident. `openvino-f32`: the same
-    in f32 (not faster than int8: for checking the route's numbers). /health reports the route taken and the flags
-    it was chosen by."""
+    `int8` otherwise, and where that route cannot be installed or load (saying so). `int8`: the assembled int8 graph
+    on ONNX Runtime (about 0.6 GB resident with a long step under way). `openvino-bf16`: that graph's weights
+    dequantized (derived once from it by ./run.sh, else at the first load, and kept beside it, in `openvino/`, 330
+    MB) on OpenVINO in bf16, its sine generator in f32: 0.72-0.75x int8's time on a processor with AVX512-BF16, 0.4x
+    with AMX, for about 1.5 GB resident. `openvino-f32`: the same in f32 (not faster than int8: for checking the
+    route's numbers). /health reports the route taken and the flags it was chosen by."""
 
     onnx_threads: int = Field(0, ge=0, le=256)
     """ONNX Runtime intra-op threads; 0 uses every core."""

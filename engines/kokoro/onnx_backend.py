@@ -114,14 +114,14 @@ class OnnxBackend(KokoroBackend):
         self.preflight()
         started = time.perf_counter()
         model = self.model_dir / MODEL_FILE
-        if self.route == "int8":
-            self._alone = OrtRunner(model, self.threads, spinning=True)  # alone: as fast as the engine called directly
-            self._beside = OrtRunner(model, self.threads // self.lanes, spinning=False) if self.lanes > 1 else None
-        else:
-            graph = read_float_graph(model)
-            precision = OPENVINO_PRECISION[self.route]
-            self._alone = OpenVinoRunner(graph, precision, self.threads)
-            self._beside = OpenVinoRunner(graph, precision, self.threads // self.lanes) if self.lanes > 1 else None
+        try:
+            self._alone, self._beside = self._runners(model)
+        except Exception as exc:  # whatever OpenVINO or the float graph's derivation raised: `auto` still has int8
+            if self.route == "int8" or self.requested_route != "auto":
+                raise
+            log.warning("Kokoro's %s route could not load (%s): serving on int8 instead", self.route, exc)
+            self.route = "int8"
+            self._alone, self._beside = self._runners(model)
         self._vocab = json.loads((self.model_dir / "vocab.json").read_text(encoding="utf-8"))["vocab"]
         self._checkpoint = self._read_checkpoint()
         log.info(
@@ -135,6 +135,16 @@ class OnnxBackend(KokoroBackend):
             self.threads,
             self.lanes,
         )
+
+    def _runners(self, model: Path) -> tuple[Runner, Runner | None]:
+        """The route's runner for steps run alone and, with lanes, the one for steps beside each other."""
+        if self.route == "int8":  # alone: as fast as the engine called directly
+            alone: Runner = OrtRunner(model, self.threads, spinning=True)
+            return alone, OrtRunner(model, self.threads // self.lanes, spinning=False) if self.lanes > 1 else None
+        graph = read_float_graph(model)
+        precision = OPENVINO_PRECISION[self.route]
+        alone = OpenVinoRunner(graph, precision, self.threads)
+        return alone, OpenVinoRunner(graph, precision, self.threads // self.lanes) if self.lanes > 1 else None
 
     def unload(self) -> None:
         self._alone = self._beside = None

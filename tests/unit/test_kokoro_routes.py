@@ -85,6 +85,35 @@ def test_an_openvino_route_without_openvino_is_a_clear_load_error(
     assert OnnxBackend(assembled_model, threads=2).route == "int8"  # auto falls back
 
 
+def broken_float_graph(model: Path) -> object:
+    raise RuntimeError("cannot read the IR")
+
+
+def test_auto_serves_on_int8_where_the_openvino_route_cannot_load(
+    assembled_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(onnx_backend, "choose_route", lambda requested, flags, openvino: "openvino-bf16")
+    monkeypatch.setattr(onnx_backend, "read_float_graph", broken_float_graph)
+    backend = OnnxBackend(assembled_model, threads=1, route="auto")
+    assert backend.route == "openvino-bf16"
+    backend.load()
+    assert backend.route == "int8" and backend.describe()["route"] == "int8"
+    assert backend.checkpoint is not None and backend.checkpoint.startswith("kokoro-82m-int8-onnx@")
+    audio, durations = backend.infer_timed([50, 83, 54, 156], np.zeros((1, 256), dtype=np.float32), 1.0)
+    assert len(audio) == durations.sum() * 600 > 0
+    assert "Kokoro's openvino-bf16 route could not load (cannot read the IR): serving on int8 instead" in caplog.text
+
+
+def test_a_named_openvino_route_that_cannot_load_is_the_loads_failure(
+    assembled_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(onnx_backend, "read_float_graph", broken_float_graph)
+    backend = OnnxBackend(assembled_model, threads=1, route="openvino-f32")
+    with pytest.raises(RuntimeError, match="cannot read the IR"):
+        backend.load()
+    assert not backend.loaded and backend.route == "openvino-f32"
+
+
 def log_spectrum(audio: np.ndarray, frame: int = 1024) -> np.ndarray:
     frames = np.lib.stride_tricks.sliding_window_view(audio, frame)[:: frame // 2] * np.hanning(frame)
     return np.log10(np.mean(np.abs(np.fft.rfft(frames, axis=1)) ** 2, axis=0) + 1e-10)
