@@ -68,9 +68,10 @@ class SchedulingSettings(EngineSettings):
 
     stream_yield_s: float = Field(1.0, ge=0)
     """A stream ahead of its listener stops its step under way (on engines whose stop costs their next step nothing:
-    Kokoro on ONNX Runtime or OpenVINO) for a newcomer's first step, while its listener holds that step and this much more audio; it says
-    its step again after, cut at a word gap if no clause ends before its listener would run dry. So a newcomer's wait
-    does not depend on the clause lengths of the streams playing. 0: a newcomer waits for the step under way."""
+    Kokoro on ONNX Runtime or OpenVINO) for a newcomer's first step, while its listener holds that step and this
+    much more audio; it says its step again after, cut at a word gap if no clause ends before its listener would run
+    dry. So a newcomer's wait does not depend on the clause lengths of the streams playing. 0: a newcomer waits for
+    the step under way."""
 
     short_step_word_cuts: bool = False
     """A short step whose text opens with a clause longer than the step is cut inside that clause, at a word gap
@@ -83,10 +84,10 @@ class SchedulingSettings(EngineSettings):
     background_step_chars: int = Field(0, ge=0)
     """A background job's step (jobs/) is cut after its leading clauses within this many characters (never inside a
     clause, unless POLYTTS_SHORT_STEP_WORD_CUTS), for engines that cannot stop a step under way cheaply (PyTorch,
-    MLX): an interactive request arriving meanwhile waits for it. Kokoro on ONNX Runtime or OpenVINO stops the job's step
-    for the arrival instead, so 0 (whole chunks) is the default: measured, 60-character steps made a job about 10 % slower.
-    Counted in characters, not from measured speed, so that a job's audio never depends on how fast the node ran (a
-    job resumed after a restart ends with the PCM of an uninterrupted run)."""
+    MLX): an interactive request arriving meanwhile waits for it. Kokoro on ONNX Runtime or OpenVINO stops the job's
+    step for the arrival instead, so 0 (whole chunks) is the default: measured, 60-character steps made a job about
+    10 % slower. Counted in characters, not from measured speed, so that a job's audio never depends on how fast the
+    node ran (a job resumed after a restart ends with the PCM of an uninterrupted run)."""
 
     stream_max_start_wait_s: float = Field(5.0, gt=0)
     """A new stream whose first step would start this long after the step under way, behind other streams' first

@@ -240,9 +240,6 @@ def float_ir(int8_model: Path, folder: Path) -> Path:
     and derived again when either changes. Written whole or not at all."""
     import hashlib
 
-    import onnx
-    import openvino as ov
-
     from models.assemble import model_sum
 
     digest = model_sum(int8_model.parent) or hashlib.sha256(int8_model.read_bytes()).hexdigest()
@@ -250,6 +247,9 @@ def float_ir(int8_model: Path, folder: Path) -> Path:
     xml = folder / "model.xml"
     if _stamped(folder, stamp) and xml.is_file():
         return xml
+    import onnx  # only to derive: importing it takes 0.8 s, at every load and every ./run.sh setup
+    import openvino as ov
+
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     work.chmod(0o755)
@@ -297,10 +297,9 @@ def keep_in_f32(xml: str) -> str:
 def main() -> int:
     """Derive the float IR beside the model the service's settings place (`models.assemble.Destination`); exit 1,
     saying why, where it cannot be."""
-    from models.assemble import DERIVED_FOLDER, MODEL_FILE, Destination
+    from models.assemble import DERIVED_FOLDER, MODEL_FILE, Destination, log
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    log = logging.getLogger("polytts.models")
     folder = Destination().folder
     started = time.perf_counter()
     try:
