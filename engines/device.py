@@ -49,9 +49,21 @@ def torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/nvmap", "/dev/kfd", "/dev/dxg")
+"""What a Linux host with a GPU torch can drive has: NVIDIA's driver (Jetson's `nvmap`), AMD's ROCm (`kfd`) or WSL's
+GPU (`dxg`)."""
+
+
+def gpu_may_exist() -> bool:
+    """False only where no GPU can be: a Linux host without any of `GPU_DEVICE_NODES`. macOS (MPS) and other systems
+    cannot be told without asking torch."""
+    return sys.platform != "linux" or any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+
+
 def torch_accelerator() -> str | None:
-    """ "cuda" or "mps" when torch is installed and sees that device, else None. Imports torch only if installed."""
-    if not torch_installed():
+    """ "cuda" or "mps" when torch is installed and sees that device, else None. Imports torch only where it is
+    installed and a GPU may exist: a CPU host learns it has none without the second that importing torch costs."""
+    if not torch_installed() or not gpu_may_exist():
         return None
     import torch
 
@@ -129,7 +141,12 @@ def check_runtime(runtime: str, allow_cpu: bool) -> None:
     if found == runtime:
         log.info("runtime %s: torch sees the device", runtime)
         return
-    why = "torch is not installed" if not torch_installed() else f"torch sees {found or 'no GPU'}"
+    if not torch_installed():
+        why = "torch is not installed"
+    elif gpu_may_exist():
+        why = f"torch sees {found or 'no GPU'}"
+    else:
+        why = f"this host has no GPU device ({', '.join(GPU_DEVICE_NODES)} are all absent)"
     if allow_cpu:
         log.warning("POLYTTS_RUNTIME=%s but %s; running on the CPU because POLYTTS_ALLOW_CPU is set", runtime, why)
         return

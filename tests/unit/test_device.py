@@ -1,5 +1,5 @@
-"""Tests of engines/device.py: giving cached device memory back touches only the frameworks already imported, and
-each step on a thread says whether it runs beside others."""
+"""Tests of engines/device.py: torch is asked about a GPU only where one may exist, giving cached device memory back
+touches only the frameworks already imported, and each step on a thread says whether it runs beside others."""
 
 from __future__ import annotations
 
@@ -12,6 +12,51 @@ from pathlib import Path
 import pytest
 
 from engines import device
+
+
+def _torch_seeing_cuda(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A stand-in for torch that sees CUDA and notes each time it is asked."""
+    asked: list[str] = []
+
+    def is_available() -> bool:
+        asked.append("cuda")
+        return True
+
+    cuda = types.SimpleNamespace(is_available=is_available)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(device, "torch_installed", lambda: True)
+    monkeypatch.setattr(sys, "platform", "linux")
+    return asked
+
+
+def test_a_linux_host_without_gpu_device_nodes_is_not_asked_about(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked = _torch_seeing_cuda(monkeypatch)
+    monkeypatch.setattr(device, "GPU_DEVICE_NODES", (str(tmp_path / "nvidiactl"), str(tmp_path / "kfd")))
+    assert device.torch_accelerator() is None and asked == []
+    with pytest.raises(device.RuntimeRefused, match="has no GPU device"):
+        device.check_runtime("cuda", allow_cpu=False)
+    (tmp_path / "kfd").touch()  # a ROCm host: torch decides
+    assert device.torch_accelerator() == "cuda" and asked == ["cuda"]
+
+
+def test_macos_is_always_asked_about(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    asked = _torch_seeing_cuda(monkeypatch)
+    monkeypatch.setattr(device, "GPU_DEVICE_NODES", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert device.torch_accelerator() == "cuda" and asked == ["cuda"]
+
+
+def test_torch_is_imported_to_ask_only_where_a_gpu_may_exist() -> None:
+    # A fresh interpreter, as a server process starts (torch is installed in the test environment): on a CPU host
+    # such as CI's, choosing the device leaves torch unimported.
+    check = (
+        "import sys; from engines import device; device.torch_accelerator(); "
+        "sys.exit(('torch' in sys.modules) != device.gpu_may_exist())"
+    )
+    result = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0
 
 
 def test_free_cuda_does_not_import_torch() -> None:
