@@ -24,10 +24,8 @@ from tests.support.live_socket import speak_live
 from tests.support.polling import wait_until
 from tests.support.servers import ServerProcess
 
-PARAGRAPH = (
-    "Live speech starts while the text is still being written. Each phrase is spoken as soon as it is complete, "
-    "and the listener hears the answer grow, one sentence after another, without waiting for the end."
-)
+PARAGRAPH = "Live speech starts while the text is still being written. Each phrase is spoken as soon as it is complete."
+"""Two sentences, about 6 s of speech: the first is spoken while the second is still being sent."""
 WORDS = PARAGRAPH.split()
 KEY = "live-secret"
 
@@ -72,7 +70,7 @@ async def test_httpx_streams_text_word_by_word(node: ServerProcess) -> None:
             assert response.status_code == 200 and response.headers["x-sample-rate"] == "24000"
             pcm = b"".join([chunk async for chunk in response.aiter_raw()])
     assert spoken_before_last_word
-    assert 8.0 < len(pcm) / 2 / 24_000 < 25.0  # the whole paragraph, spoken
+    assert 4.0 < len(pcm) / 2 / 24_000 < 15.0  # the whole paragraph, spoken
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl program (apt-get install -y curl)")
@@ -117,7 +115,7 @@ def test_curl_from_a_pipe_gets_audio_before_the_last_word(node: ServerProcess) -
     assert curl.wait(180) == 0
     reader.join()
     assert arrivals and arrivals[0] < last_word_sent, "no audio arrived before the last word was sent"
-    assert len(received) / 2 / 24_000 > 8.0
+    assert len(received) / 2 / 24_000 > 4.0
 
 
 async def test_websocket_audio_words_and_done(node: ServerProcess) -> None:
@@ -182,7 +180,7 @@ def test_a_disconnect_mid_way_frees_the_gpu_thread(node: ServerProcess) -> None:
 
 
 def test_two_live_clients_and_a_stream_share_the_gpu_thread(node: ServerProcess) -> None:
-    text = " ".join(f"Phrase {i} of a shared paragraph." for i in range(6))
+    text = " ".join(f"Phrase {i} of a shared paragraph." for i in range(3))  # a few steps each
     first_audio: dict[str, float] = {}
     finished: dict[str, float] = {}
 

@@ -169,15 +169,15 @@ def test_chinese_speaks_through_misaki(engine: KokoroEngine) -> None:
     assert len(audio) > 12_000
 
 
-# A short phrase per language of the stock voices.
+# A greeting per language of the stock voices: a word or two is enough to hear a voice, and 54 of them add up.
 PHRASES = {
-    "en-us": "Hello there.",
-    "en-gb": "Hello there.",
-    "es": "Hola a todos.",
-    "fr-fr": "Bonjour à tous.",
-    "hi": "नमस्ते दोस्तों।",
-    "it": "Ciao a tutti.",
-    "pt-br": "Olá a todos.",
+    "en-us": "Hello.",
+    "en-gb": "Hello.",
+    "es": "Hola.",
+    "fr-fr": "Bonjour.",
+    "hi": "नमस्ते।",
+    "it": "Ciao.",
+    "pt-br": "Olá.",
     "ja": "こんにちは。",
     "zh": "你好。",
 }
@@ -218,7 +218,6 @@ def test_english_is_normalized_unless_asked_not_to(engine: KokoroEngine) -> None
     )
     assert spoken_text(raw, True) == spoken  # what the model hears is the normalized text
     assert spoken_text(raw, False) == raw  # normalize: false leaves the text alone
-    assert np.array_equal(audio(spoken), audio(spoken_text(raw, True)))
     # `stream` speaks its text as it is: normalizing is done once, before (a normalized text is not read again)
     assert not np.array_equal(audio(raw), audio(spoken))
 

@@ -222,14 +222,15 @@ async def test_a_stream_gives_its_step_under_way_to_a_newcomer_and_says_it_after
         speech = await chunked.synthesis.speak(TTSRequest(text=text, language="en"), ctx)
         return b"".join([pcm async for pcm in speech.pcm()])
 
-    alone = await stream(LONG, "reader")
+    text = LONG.split(", and writing")[0] + "."  # two steps: 60 characters, then the rest
+    alone = await stream(text, "reader")
     short_alone = await stream(SHORT, "newcomer")
     engine = chunked.pool.engines["kokoro"]
     assert isinstance(engine, KokoroEngine) and isinstance(engine.backend, OnnxBackend)
     announced = Announced(engine.backend._alone, nth=2)
     monkeypatch.setattr(engine.backend, "_alone", announced)
     caplog.set_level("DEBUG", logger="polytts.scheduler")
-    playing = asyncio.create_task(stream(LONG, "reader"))
+    playing = asyncio.create_task(stream(text, "reader"))
     assert await asyncio.to_thread(announced.running.wait, 60), "the stream's second step did not start"
     assert await stream(SHORT, "newcomer") == short_alone
     heard = await playing
