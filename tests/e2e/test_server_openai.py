@@ -23,8 +23,9 @@ from tests.support.voice_agents import PIPECAT_PATIENCE_S, TimedWord, pipecat_sp
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 LONG = " ".join(
-    f"This is sentence number {i} of a long answer that the client plays while it is made." for i in range(4)
+    f"This is sentence number {i} of a long answer that the client plays while it is made." for i in range(2)
 )
+"""Two steps or more (about 10 s of speech): the first bytes arrive while the rest is still being made."""
 VOICE = "af_heart"
 KEYED = {"Authorization": "Bearer sk-good"}  # /health shows load only to a key, on a node with keys
 

@@ -18,8 +18,8 @@ from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from bench.abuse.refusals import SPEECH_ROUTES, WEBSOCKET
-from server import MAX_JSON_BODY_BYTES
 from tests.support.apps import InProcessApp
+from web.app import MAX_JSON_BODY_BYTES
 
 KEY = "refusal-secret"
 REQUEST_ID = "refusal-trace-1"

@@ -16,10 +16,11 @@ from unittest import mock
 from fastapi.testclient import TestClient
 
 from lifecycle.service import Service, build_service
-from server import LOG_FORMAT, create_app
+from server import LOG_FORMAT
 from settings import load_settings
 from tests.support.polling import wait_until
 from tests.support.servers import service_env
+from web.app import create_app
 
 READY_S = 60.0
 """How long the default engine may take to load."""

@@ -376,12 +376,13 @@ def test_a_front_never_imports_another_front() -> None:
 
 def test_only_the_app_factory_and_the_tests_import_the_fronts_from_outside_the_fronts() -> None:
     """The modules of web/ beside the fronts (errors, API docs, keys, redaction, middleware, the other routes) are
-    given the fronts by the app factory and name none; server.py imports the list, FRONTS, and no front itself."""
+    given the fronts by the app factory and name none; the app factory (web/app.py) imports the list, FRONTS, and no
+    front itself."""
     offenders = []
     for name in project_modules():
         if name == FRONTS_PACKAGE or name.startswith(FRONTS_PACKAGE + ".") or name.split(".")[0] == "tests":
             continue
-        allowed = {FRONTS_PACKAGE} if name == "server" else set()
+        allowed = {FRONTS_PACKAGE} if name == "web.app" else set()
         offenders += [f"{name} imports {package}" for package in sorted(fronts_imported(name) - allowed)]
     assert not offenders, "\n".join(offenders)
 
