@@ -149,12 +149,12 @@ def test_unload_releases_the_weights(torch_server: ServerProcess) -> None:
         assert len(stream_pcm(client, "bf_tiny", "Back.")) > 0
 
 
-def test_switching_backend_keeps_voice_ids(torch_server: ServerProcess, shared_dir: Path) -> None:
-    """The same voices folder served by the ONNX backend: uploaded packs keep their ids and speak."""
+def test_switching_backend_keeps_voice_ids(torch_server: ServerProcess, shared_dir: Path, tmp_path: Path) -> None:
+    """The same voices folder served by the ONNX backend (beside the PyTorch node, as nodes share one): uploaded packs
+    keep their ids and speak."""
     with torch_server.client() as client:
         voice_id = upload_pack(client, npy(PACK * 0.5)).json()["voice_id"]
-    torch_server.stop()
-    onnx = ServerProcess(shared_dir, POLYTTS_KOKORO_BACKEND="onnx").start()
+    onnx = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_VOICES_DIR=str(shared_dir / "voices")).start()
     try:
         with onnx.client() as client:
             assert client.get("/health").json()["engines"]["kokoro"]["backend"] == "onnx"
@@ -164,7 +164,6 @@ def test_switching_backend_keeps_voice_ids(torch_server: ServerProcess, shared_d
             assert len(stream_pcm(client, f"jf_alpha(3)+{voice_id}(1)")) > 2400
     finally:
         onnx.stop()
-    torch_server.start(timeout=120)  # the module's other tests may still use it
 
 
 def test_offline_hub_is_a_clear_failed_state(tmp_path: Path) -> None:
