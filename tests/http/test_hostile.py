@@ -395,7 +395,7 @@ def test_word_timings_come_from_the_disk_cache_and_are_checked_like_the_audio(
     """A request with word timings is a hit once an identical one stored its timings beside its audio (an untimed
     one's audio alone is a miss for it, and then has them); a damaged timings entry is a miss, and the answer is the
     same. This app keeps nothing in memory: every repeat reads the disk."""
-    text = "Timings are kept beside the audio they belong to."
+    text = "Timings are kept with the audio."
     cache = app.tmp / "cache" / "pcm"
     assert client.post("/tts", json={"text": text}).headers["X-Cache"] == "miss"
     audio_only = set(cache.glob("*.pcm"))
