@@ -387,8 +387,9 @@ def test_signal_to_run_sh_stops_server_and_run_sh(tmp_path: Path, sig: signal.Si
 
 # --- stop requests: signals that come together are one (a drain), a later one stops at once -------------------
 
-SPOKEN = " ".join(f"Sentence number {i} is still being spoken when the node is asked to stop." for i in range(3))
-LONGER = " ".join([SPOKEN] * 4)
+SPOKEN = " ".join(f"Sentence number {i} is still being spoken when the node is asked to stop." for i in range(2))
+"""About 9 s of speech, seconds of work: under way when the signals come, a fraction of a second apart."""
+LONGER = " ".join([SPOKEN] * 6)
 DRAINING = {"POLYTTS_DRAIN_SECONDS": "600", "POLYTTS_MEMORY_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
 """A drain that never runs out in these tests (each is about the signals, not the bound); no cache answers."""
 TOGETHER_S = 0.2

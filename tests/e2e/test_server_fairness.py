@@ -45,8 +45,8 @@ def test_a_short_request_is_served_within_about_one_step_of_a_long_one(tmp_path:
     ).start()
     try:
         with server.client() as client:
-            # Its first step, then three of about 140 characters: the short one arrives during the second.
-            long_text = LONG[: LONG.index("Paragraph 6")]
+            # Its first step, then one of about 140 characters, during which the short one arrives, then the last.
+            long_text = LONG[: LONG.index("Paragraph 4")]
             long_body = {"text": long_text, "language": "en", "max_chars_per_gen": 140}
             arrivals: list[tuple[float, int]] = []
             started = threading.Event()
