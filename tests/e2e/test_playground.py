@@ -554,12 +554,17 @@ def test_record_a_clip_with_the_microphone_and_register_it(page: tuple[Page, Con
     assert console.unexpected() == []
 
 
-def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(
-    browser: Browser, tmp_path: Path, assembled_model: Path
-) -> None:
-    keyed = ServerProcess(tmp_path, POLYTTS_API_KEYS=json.dumps({"s3cret-key": "tester"})).start()
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Iterator[ServerProcess]:
+    """A node with API keys on, shared by the tests of what the page does without a key and with one."""
+    server = ServerProcess(tmp_path_factory.mktemp("keyed"), POLYTTS_API_KEYS=json.dumps({"s3cret-key": "tester"}))
+    yield server.start()
+    server.stop()
+
+
+def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(browser: Browser, keyed: ServerProcess) -> None:
+    context = browser.new_context(viewport=LAPTOP)
     try:
-        context = browser.new_context(viewport=LAPTOP)
         tab = context.new_page()
         console = Console(tab)
         sent: list[str | None] = []
@@ -581,17 +586,17 @@ def test_asks_for_the_api_key_and_keeps_it_in_session_storage_only(
         assert tab.is_visible("#key-status")
         # Only the two refused requests may show up in the console (Chromium logs every 4xx load).
         assert console.unexpected("status of 401") == []
-        context.close()
     finally:
-        keyed.stop()
+        context.close()
 
 
-def test_with_keys_on_the_status_reads_the_public_health_then_the_keyed_one(browser: Browser, tmp_path: Path) -> None:
+def test_with_keys_on_the_status_reads_the_public_health_then_the_keyed_one(
+    browser: Browser, keyed: ServerProcess
+) -> None:
     """Without a key, /health is the public view (no default engine, device or queue details); once a key is given,
     the page reads the full one."""
-    keyed = ServerProcess(tmp_path, POLYTTS_API_KEYS=json.dumps({"s3cret-key": "tester"})).start()
+    context = browser.new_context(viewport=LAPTOP)
     try:
-        context = browser.new_context(viewport=LAPTOP)
         tab = context.new_page()
         console = Console(tab)
         tab.goto(keyed.url + "/ui/")
@@ -604,9 +609,8 @@ def test_with_keys_on_the_status_reads_the_public_health_then_the_keyed_one(brow
         wait_for_js(tab, "document.getElementById('status-summary').textContent === 'Ready: kokoro on cpu'", 30)
         assert re.fullmatch(r"Queue: \d+ running, \d+ waiting \(\d+ characters\)", tab.inner_text("#queue"))
         assert console.unexpected("status of 401") == []
-        context.close()
     finally:
-        keyed.stop()
+        context.close()
 
 
 def test_health_strip_shows_engines_and_queue(page: tuple[Page, Console]) -> None:
