@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import SIXTY_WORDS
+from bench.common import PROBE, SIXTY_WORDS
 
 MB = 1 << 20
 API_KEY = "abuse-probe-key"
@@ -118,7 +118,7 @@ def requests_total(url: str, route: str, outcome: str) -> float:
     """polytts_requests_total of a route's requests with an outcome at the server `url`, summed over engines
     (/metrics is public)."""
     total = 0.0
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=30).text):
+    for family in text_string_to_metric_families(PROBE.get(url + "/metrics", timeout=30).text):
         for sample in family.samples:
             found = sample.labels.get("route"), sample.labels.get("outcome")
             if sample.name == "polytts_requests_total" and found == (route, outcome):

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from bench.abuse.probing import Answer, Target, expect
-from bench.common import ROOT, SIXTY_WORDS, wait_ready
+from bench.common import PROBE, ROOT, SIXTY_WORDS, wait_ready
 
 SERVED = {"POLYTTS_DRAIN_SECONDS": "600", "POLYTTS_MEMORY_CACHE_BYTES": "0", "POLYTTS_PCM_CACHE_BYTES": "0"}
 """A drain that never runs out (the probes are about the signals), and no cached answers."""
@@ -97,7 +97,7 @@ def _under_way(url: str, count: int, timeout: float = 60.0) -> None:
     """Return once `count` syntheses are admitted (running or waiting for the GPU thread)."""
     deadline = time.monotonic() + timeout
     while True:
-        load = httpx.get(url + "/health", timeout=5).json()["inflight"]
+        load = PROBE.get(url + "/health", timeout=5).json()["inflight"]
         if load["running"] + load["waiting"] >= count:
             return
         expect(time.monotonic() < deadline, f"{count} request(s) not under way after {timeout:.0f} s")

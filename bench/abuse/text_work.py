@@ -9,12 +9,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
 from bench.abuse.probing import Answer, ProbeFailed, Target, code_of, expect
-from bench.common import SIXTY_WORDS
+from bench.common import PROBE, SIXTY_WORDS
 
 MONEY = "$999,999,999,999.99 "
 MONEY_TEXT = MONEY * 250
@@ -201,7 +200,7 @@ def one_word_flushes(target: Target, words: int = FLUSHED_WORDS) -> Answer:
 
 def key_gpu_seconds(target: Target, key: str) -> float:
     """The GPU seconds fairness key `key` has used (/metrics is public)."""
-    for family in text_string_to_metric_families(httpx.get(target.url + "/metrics", timeout=30).text):
+    for family in text_string_to_metric_families(PROBE.get(target.url + "/metrics", timeout=30).text):
         for sample in family.samples:
             if sample.name == "polytts_key_gpu_seconds_total" and sample.labels.get("key") == key:
                 return float(sample.value)

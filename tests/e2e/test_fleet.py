@@ -21,7 +21,7 @@ from websockets.sync.client import connect as connect_websocket
 
 from tests.support.clips import wav_clip
 from tests.support.polling import wait_until
-from tests.support.servers import ROOT, ServerProcess
+from tests.support.servers import PROBE, ROOT, ServerProcess
 
 LONG = " ".join(
     f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(2)
@@ -223,7 +223,7 @@ def test_livestack_attach_with_a_stand_in_package(tmp_path: Path, assembled_mode
                 lambda: client.get("/health").json()["status"] == "ready", 60, "preload to warm the default engine"
             )
 
-            busy = threading.Thread(target=lambda: httpx.post(server.url + "/tts", json={"text": LONG}, timeout=120))
+            busy = threading.Thread(target=lambda: PROBE.post(server.url + "/tts", json={"text": LONG}, timeout=120))
             busy.start()
             wait_until(lambda: client.post("/livestack/probe").json()["in_flight"] == 1, 30, "a synthesis in flight")
             busy.join()

@@ -30,7 +30,7 @@ import websockets
 
 from tests.e2e.test_fleet import _pack_form
 from tests.support.polling import wait_until
-from tests.support.servers import ROOT, ServerProcess, free_port
+from tests.support.servers import PROBE, ROOT, ServerProcess, free_port
 
 HAPROXY = shutil.which("haproxy")
 pytestmark = pytest.mark.skipif(
@@ -143,7 +143,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> It
         for node in nodes.values():
             node.start(wait_ready=False)
         for name, node in nodes.items():
-            wait_until(lambda: httpx.get(node.url + "/ready").status_code == 200, 120, f"{name} to be ready")
+            wait_until(lambda: PROBE.get(node.url + "/ready").status_code == 200, 120, f"{name} to be ready")
         balancer.start()
         for name in nodes:
             balancer.wait_status(name, "UP")
@@ -211,7 +211,7 @@ def test_a_voice_registered_through_the_balancer_is_usable_on_every_node(fleet: 
                 balancer.admin(f"set server {BACKEND}/{other} state ready")
                 balancer.wait_status(other, "UP")
     for node in fleet.nodes.values():
-        assert voice in httpx.get(node.url + "/health").json()["inventory"]["voice"]
+        assert voice in PROBE.get(node.url + "/health").json()["inventory"]["voice"]
     assert sum(f"voice {voice} fetched from peer" in node.log() for node in fleet.nodes.values()) == 1
 
 
@@ -307,7 +307,7 @@ def test_a_node_drained_under_load_loses_no_request(fleet: Fleet) -> None:
         assert drained.proc is not None
         drained.proc.send_signal(signal.SIGTERM)
         wait_until(
-            lambda: httpx.get(drained.url + "/ready").status_code == 503, 10, "the drained node's /ready to say 503"
+            lambda: PROBE.get(drained.url + "/ready").status_code == 503, 10, "the drained node's /ready to say 503"
         )
 
         deadline = time.monotonic() + 120
@@ -351,6 +351,6 @@ def test_with_no_node_left_the_balancer_says_when_to_retry(fleet: Fleet) -> None
     for name, node in fleet.nodes.items():
         assert node.stop() == 0
         fleet.balancer.wait_status(name, "DOWN")
-    refused = httpx.post(fleet.balancer.url + "/tts", json={"text": "Anyone there?"}, timeout=30)
+    refused = PROBE.post(fleet.balancer.url + "/tts", json={"text": "Anyone there?"}, timeout=30)
     assert refused.status_code == 503 and refused.json()["code"] == "no_node_available"
     assert refused.headers["retry-after"] == "2"

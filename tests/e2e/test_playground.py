@@ -24,7 +24,7 @@ from errors import InvalidInput
 from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_for_js
 from tests.support.clips import wav_clip
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 from tests.support.voices import clone_form
 from web.routes.playground import PLAYGROUND_DIR
 
@@ -67,7 +67,7 @@ def speak(page: Page, text: str) -> dict:
 
 
 def http_samples(server: ServerProcess, body: dict) -> int:
-    response = httpx.post(server.url + "/tts/stream", json=body, timeout=180)
+    response = PROBE.post(server.url + "/tts/stream", json=body, timeout=180)
     assert response.status_code == 200, response.text
     return len(response.content) // 2
 
@@ -210,7 +210,7 @@ def test_every_width_fits_long_voice_names_and_blends(browser: Browser, server: 
     the list, a long blend formula entered and the result of speaking it shown; a screenshot at each width."""
     long_text = "A transcript long enough to make this registered voice's label the widest option of the list."
     form = clone_form(wav_clip(1.2, 430), ref_text=long_text)
-    voice_id = httpx.post(server.url + "/voices", files=form["files"], data=form["data"], timeout=60).json()["voice_id"]
+    voice_id = PROBE.post(server.url + "/voices", files=form["files"], data=form["data"], timeout=60).json()["voice_id"]
     context = browser.new_context(viewport={"width": WIDTHS[0], "height": 800}, is_mobile=True, has_touch=True)
     try:
         tab = context.new_page()
@@ -342,7 +342,7 @@ def listed_voices(tab: Page) -> list[str]:
 
 def test_the_voice_list_filters_by_language_and_gender(page: tuple[Page, Console], server: ServerProcess) -> None:
     tab, console = page
-    voices = httpx.get(server.url + "/voices").json()["voices"]
+    voices = PROBE.get(server.url + "/voices").json()["voices"]
     every = listed_voices(tab)
     assert sorted(every) == sorted(v["voice_id"] for v in voices)
     languages = tab.evaluate("[...document.getElementById('voice-language').options].map(o => [o.value, o.text])")
@@ -384,7 +384,7 @@ def test_a_voice_previews_with_one_click_and_again_from_the_cache(page: tuple[Pa
 
 def test_the_parameters_and_languages_shown_are_the_servers(page: tuple[Page, Console], server: ServerProcess) -> None:
     tab, console = page
-    described = httpx.get(server.url + "/engines").json()
+    described = PROBE.get(server.url + "/engines").json()
     kokoro = next(engine for engine in described["engines"] if engine["name"] == "kokoro")
     speed = kokoro["parameters"]["properties"]["speed"]
     assert (speed["minimum"], speed["maximum"]) == (0.25, 4)
@@ -521,7 +521,7 @@ def test_upload_a_voice_pack_speak_with_it_then_delete_it(
     tab.once("dialog", lambda dialog: dialog.accept())
     tab.click("#delete-voice")
     wait_for_js(tab, f"!{STATE}.voices.some(v => v.voice_id === '{voice_id}')", timeout=30)
-    assert httpx.get(f"{server.url}/voices/{voice_id}").status_code == 404
+    assert PROBE.get(f"{server.url}/voices/{voice_id}").status_code == 404
     assert f"Deleted voice {voice_id}" in tab.inner_text("#add-status")
     assert console.unexpected() == []
 
@@ -542,7 +542,7 @@ def test_record_a_clip_with_the_microphone_and_register_it(page: tuple[Page, Con
     wait_for_js(tab, "document.getElementById('add-status').textContent.includes('It is selected')", timeout=60)
 
     voice_id = tab.input_value("#voice")
-    stored = httpx.get(f"{server.url}/voices/{voice_id}").json()
+    stored = PROBE.get(f"{server.url}/voices/{voice_id}").json()
     assert stored["engine"] == "voxcpm" and stored["kind"] == "clip"
     assert stored["ref_text"] == "A beep from the fake microphone."
     assert 1.0 <= stored["duration_s"] <= 10.0
@@ -630,7 +630,7 @@ def test_a_failed_engine_is_shown_with_its_reason(browser: Browser, tmp_path: Pa
         console = Console(tab)
         tab.goto(broken.url + "/ui/")
         wait_for_js(tab, "document.getElementById('status-summary').dataset.state === 'failed'", timeout=60)
-        reason = httpx.get(broken.url + "/health").json()["engines"]["kokoro"]["reason"]
+        reason = PROBE.get(broken.url + "/health").json()["engines"]["kokoro"]["reason"]
         assert reason
         assert tab.inner_text("#status-summary").startswith("Failed: ")
         kokoro = tab.locator("#engines li[data-state=failed]")
@@ -645,10 +645,10 @@ def test_the_page_lists_the_keys_jobs_and_plays_a_finished_one(
     page: tuple[Page, Console], server: ServerProcess
 ) -> None:
     tab, console = page
-    made = httpx.post(server.url + "/jobs", json={"text": "A job for the page.", "format": "mp3"}, timeout=60)
+    made = PROBE.post(server.url + "/jobs", json={"text": "A job for the page.", "format": "mp3"}, timeout=60)
     job_id = made.json()["job_id"]
     wait_until(
-        lambda: httpx.get(f"{server.url}/jobs/{job_id}", timeout=10).json()["state"] == "done", 180, "the job to end"
+        lambda: PROBE.get(f"{server.url}/jobs/{job_id}", timeout=10).json()["state"] == "done", 180, "the job to end"
     )
     tab.click("#jobs-refresh")
     item = f"#jobs-list li[data-job-id='{job_id}'][data-state='done']"
@@ -682,9 +682,9 @@ def test_a_lexicon_entry_is_stored_and_heard_as_the_api_says_it(
     tab.fill("#pron-sentence", "I love Zorblax.")
     tried = try_pronunciation(tab)
     assert tried["phase"] == "ended" and tried["error"] is None, tried
-    stored = httpx.post(server.url + "/lexicons", json=[{"grapheme": "Zorblax", "alias": "a banana split"}])
+    stored = PROBE.post(server.url + "/lexicons", json=[{"grapheme": "Zorblax", "alias": "a banana split"}])
     assert stored.status_code == 200 and tried["lexiconId"] == stored.json()["lexicon_id"]  # stored by the page
-    meant = httpx.post(server.url + "/tts", json={"text": "I love a banana split.", "voice_id": voice}, timeout=180)
+    meant = PROBE.post(server.url + "/tts", json={"text": "I love a banana split.", "voice_id": voice}, timeout=180)
     assert tried["bytes"] == len(meant.content)  # the alias is what was said
     assert tab.inner_text("#pron-status") == "Playing the sentence with the entry."
 
@@ -695,7 +695,7 @@ def test_a_lexicon_entry_is_stored_and_heard_as_the_api_says_it(
     tried = try_pronunciation(tab)
     assert tried["phase"] == "ended" and tried["request"]["text"] == "Kokoro.", tried
     body = {"text": "Kokoro.", "voice_id": voice, "lexicons": [tried["lexiconId"]]}
-    assert tried["bytes"] == len(httpx.post(server.url + "/tts", json=body, timeout=180).content)
+    assert tried["bytes"] == len(PROBE.post(server.url + "/tts", json=body, timeout=180).content)
 
     tab.fill("#pron-said", "k☃")
     tried = try_pronunciation(tab)
@@ -714,7 +714,7 @@ def test_an_ssml_snippet_is_heard_and_its_errors_point_at_the_spot(
     tried = try_pronunciation(tab)  # the example snippet
     assert tried["phase"] == "ended", tried
     body = {"text": tab.input_value("#pron-ssml"), "voice_id": voice}
-    assert tried["bytes"] == len(httpx.post(server.url + "/tts", json=body, timeout=180).content)
+    assert tried["bytes"] == len(PROBE.post(server.url + "/tts", json=body, timeout=180).content)
 
     snippet = '<speak>Hello there.\n  <break time="1s"></speak>'
     tab.fill("#pron-ssml", snippet)

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.support.polling import wait_until
-from tests.support.servers import ROOT, free_port
+from tests.support.servers import PROBE, ROOT, free_port
 from web.serving import SIGNALS_TOGETHER_S
 
 FIRST_HEALTH_S = 120.0  # a fresh venv makes run.sh's first run pip install (quick when all is satisfied)
@@ -57,7 +57,7 @@ def _log(path: Path) -> Callable[[], str]:
 
 def _health(port: int) -> dict[str, Any] | None:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+        return PROBE.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
     except httpx.TransportError:
         return None
 
@@ -473,7 +473,7 @@ def test_a_second_stop_request_later_cuts_at_once_by_closing_connections(tmp_pat
                 wait_until(lambda: _under_way(port, 2), 60, "both requests to be under way", detail=_log(err))
                 proc.send_signal(signal.SIGTERM)
                 first = time.monotonic()
-                wait_until(lambda: httpx.get(url + "/ready").status_code == 503, 10, "the drain to begin")
+                wait_until(lambda: PROBE.get(url + "/ready").status_code == 503, 10, "the drain to begin")
                 time.sleep(max(0.0, first + SIGNALS_TOGETHER_S + 0.5 - time.monotonic()))  # the clear interval
                 proc.send_signal(signal.SIGTERM)
                 second = time.monotonic()

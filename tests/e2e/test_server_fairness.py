@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 
 LONG = " ".join(f"Paragraph {i} of a long chapter keeps the engine busy for a while." for i in range(12))
 SHORT = "Quick answer."
@@ -109,7 +109,7 @@ def test_per_key_and_per_engine_limits(tmp_path: Path, assembled_model: Path) ->
                     assert stats["engines"]["kokoro"]["rejected"] == 2
                     assert stats["keys"]["alpha"]["rejected"] == 1 and stats["keys"]["alpha"]["weight"] == 1.0
                     assert "gamma" not in stats["keys"] and stats["keys"]["(other)"]["rejected"] == 1  # no state
-        bad = httpx.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": "x" * 65})
+        bad = PROBE.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": "x" * 65})
         assert bad.status_code == 422 and bad.json()["code"] == "invalid_fairness_key"
     finally:
         server.stop()
@@ -214,7 +214,7 @@ def test_one_client_address_holds_at_most_its_share_of_the_slots(tmp_path: Path,
             pieces = held.iter_raw()  # kept: a dropped iterator closes the response
             next(pieces)
             for key in ("one", "two"):  # the address is full, whatever the key
-                refused = httpx.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": key})
+                refused = PROBE.post(server.url + "/tts", json={"text": SHORT}, headers={"X-Fairness-Key": key})
                 assert refused.status_code == 429 and refused.json()["code"] == "client_queue_full"
                 assert int(refused.headers["retry-after"]) >= 1 and "at most 1" in refused.json()["message"]
             assert client.get("/health").json()["inflight"]["rejected"] == 2

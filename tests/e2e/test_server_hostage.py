@@ -26,7 +26,7 @@ from bench.abuse.payloads import (
 )
 from bench.abuse.probing import Target, requests_total
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 
 LONG = " ".join(f"Sentence {i} of a long answer keeps the engine busy for a good while." for i in range(30))
 IDLE_S = 6
@@ -61,7 +61,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
 
 
 def inflight(node: ServerProcess) -> dict:
-    return httpx.get(node.url + "/health", timeout=30).json()["inflight"]
+    return PROBE.get(node.url + "/health", timeout=30).json()["inflight"]
 
 
 async def test_idle_live_sessions_hold_no_place_and_end_at_the_idle_limit_despite_keep_alives(
@@ -162,7 +162,7 @@ def test_a_live_request_refused_at_its_first_message_is_logged_and_counted(node:
     cases = [(b"not json\n", 422, "invalid_message"), (b'{"text": "hi", "colour": "red"}\n', 422, "invalid_input")]
     for line, status, code in cases:
         before = requests_total(node.url, "tts/live", code)
-        answer = httpx.post(node.url + "/tts/live", content=line, timeout=60)
+        answer = PROBE.post(node.url + "/tts/live", content=line, timeout=60)
         assert (answer.status_code, answer.json()["code"]) == (status, code)
         assert requests_total(node.url, "tts/live", code) == before + 1
     assert "tts/live outcome=invalid_message" in node.log()

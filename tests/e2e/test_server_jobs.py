@@ -22,7 +22,7 @@ from audio.encoding import WAV_HEADER_BYTES
 from jobs.store import JobStore
 from jobs.webhook import SIGNATURE_HEADER, webhook_secret
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 
 BOOK = {
     "format": "wav",
@@ -37,7 +37,7 @@ JOB_S = 300.0
 
 
 def status(server: ServerProcess, job_id: str) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{server.url}/jobs/{job_id}", timeout=30).json()
+    answer: dict[str, Any] = PROBE.get(f"{server.url}/jobs/{job_id}", timeout=30).json()
     return answer
 
 
@@ -54,7 +54,7 @@ def until(server: ServerProcess, job_id: str, pieces: int) -> dict[str, Any]:
 def finished_pcm(server: ServerProcess, job_id: str) -> bytes:
     done = wait_until(lambda: status(server, job_id)["state"] == "done", JOB_S, f"job {job_id}", detail=server.log)
     assert done
-    audio = httpx.get(f"{server.url}/jobs/{job_id}/audio", timeout=60)
+    audio = PROBE.get(f"{server.url}/jobs/{job_id}/audio", timeout=60)
     assert audio.status_code == 200 and audio.headers["content-type"] == "audio/wav"
     return audio.content[WAV_HEADER_BYTES:]
 
@@ -68,9 +68,9 @@ def test_a_job_killed_and_drained_resumes_to_the_same_pcm(tmp_path: Path, assemb
     server = restarted(tmp_path)
     servers = [server]
     try:
-        reference = httpx.post(f"{server.url}/jobs", json=BOOK, timeout=60).json()["job_id"]
+        reference = PROBE.post(f"{server.url}/jobs", json=BOOK, timeout=60).json()["job_id"]
         expected = finished_pcm(server, reference)
-        job_id = httpx.post(f"{server.url}/jobs", json=BOOK, timeout=60).json()["job_id"]
+        job_id = PROBE.post(f"{server.url}/jobs", json=BOOK, timeout=60).json()["job_id"]
         total = status(server, job_id)["pieces_total"]
         assert total >= 6
         wait_until(lambda: status(server, job_id)["state"] == "running", JOB_S, "the job to start")
@@ -144,12 +144,12 @@ def test_a_webhook_that_failed_goes_on_after_a_restart(tmp_path: Path, assembled
     try:
         url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
         key = {"X-Fairness-Key": "hooked"}
-        job_id = httpx.post(
+        job_id = PROBE.post(
             f"{server.url}/jobs", json={"text": "Call me when done.", "webhook_url": url}, headers=key, timeout=60
         ).json()["job_id"]
         failed = f"job {job_id} webhook attempt 1/5 failed: HTTP 503"
         wait_until(lambda: failed in server.log(), JOB_S, "the webhook's first call to fail", detail=server.log)
-        retrying = httpx.get(f"{server.url}/jobs/{job_id}", headers=key, timeout=60).json()["webhook"]
+        retrying = PROBE.get(f"{server.url}/jobs/{job_id}", headers=key, timeout=60).json()["webhook"]
         assert (retrying["state"], retrying["attempts"], retrying["last_status"]) == ("pending", 1, 503)
         assert retrying["last_error"] == "HTTP 503" and retrying["next_attempt_at"] > retrying["last_attempt_at"]
         assert server.proc is not None
@@ -160,7 +160,7 @@ def test_a_webhook_that_failed_goes_on_after_a_restart(tmp_path: Path, assembled
         server = ServerProcess(tmp_path, **env).start()
         delivered = f"job {job_id} webhook delivered (attempt 2/5)"
         wait_until(lambda: delivered in server.log(), JOB_S, "the webhook's second call", detail=server.log)
-        hook = httpx.get(f"{server.url}/jobs/{job_id}", headers=key, timeout=60).json()["webhook"]
+        hook = PROBE.get(f"{server.url}/jobs/{job_id}", headers=key, timeout=60).json()["webhook"]
         assert (hook["state"], hook["attempts"], hook["last_status"], hook["next_attempt_at"]) == (
             "delivered",
             2,
@@ -192,7 +192,7 @@ def test_a_stream_while_a_job_runs_waits_for_one_job_step_at_most(tmp_path: Path
     server = ServerProcess(tmp_path, POLYTTS_KOKORO_BACKEND="onnx", POLYTTS_LOG_LEVEL="debug").start()
     background_step = re.compile(r"job \d+ \(key [^,]*, background\) step")
     try:
-        job = httpx.post(f"{server.url}/jobs", json={"text": LONG, "format": "wav"}, timeout=60).json()
+        job = PROBE.post(f"{server.url}/jobs", json={"text": LONG, "format": "wav"}, timeout=60).json()
         wait_until(lambda: background_step.search(server.log()), JOB_S, "the job's first step", detail=server.log)
         body = {"text": "Is the ferry on time today?", "language": "en"}
         with (

@@ -8,13 +8,12 @@ import base64
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from elevenlabs import ElevenLabs
 
 from engines.cpu_flags import cpu_flags
-from tests.support.servers import ServerProcess, no_tracebacks
+from tests.support.servers import PROBE, ServerProcess, no_tracebacks
 from tests.support.voice_agents import check_timings, speech, words_of_characters
 
 VOICE = "af_heart"
@@ -36,7 +35,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
 
 
 def test_health_names_the_route_and_the_flags_it_was_chosen_by(node: ServerProcess) -> None:
-    health = httpx.get(node.url + "/health", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()
+    health = PROBE.get(node.url + "/health", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()
     kokoro = health["engines"]["kokoro"]
     assert kokoro["route"] == "openvino-bf16" and kokoro["route_requested"] == "openvino-bf16"
     assert kokoro["cpu_flags"] == cpu_flags()

@@ -22,7 +22,7 @@ import websockets
 
 from tests.support.live_socket import speak_live
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 
 PARAGRAPH = "Live speech starts while the text is still being written. Each phrase is spoken as soon as it is complete."
 """Two sentences, about 6 s of speech: the first is spoken while the second is still being sent."""
@@ -46,7 +46,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def running(node: ServerProcess) -> int:
-    return httpx.get(node.url + "/health", headers=AUTH).json()["inflight"]["running"]
+    return PROBE.get(node.url + "/health", headers=AUTH).json()["inflight"]["running"]
 
 
 async def test_httpx_streams_text_word_by_word(node: ServerProcess) -> None:

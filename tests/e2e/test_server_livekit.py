@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess, no_tracebacks
+from tests.support.servers import PROBE, ServerProcess, no_tracebacks
 from tests.support.voice_agents import TimedWord, check_timings, heard, patient, speak_streamed, speech
 
 if TYPE_CHECKING:
@@ -81,10 +81,9 @@ def test_elevenlabs_stream_says_a_word_as_its_pronunciation_dictionary_says(node
     """The plugin's `pronunciation_dictionary_locators`, sent in each context's first message, say the invented word
     as the dictionary's alias (far longer than the word itself)."""
     import aiohttp
-    import httpx
     from livekit.plugins import elevenlabs
 
-    created = httpx.post(
+    created = PROBE.post(
         node.url + "/elevenlabs/v1/pronunciation-dictionaries/add-from-rules",
         json={
             "name": "brands",

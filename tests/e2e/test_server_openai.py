@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import av
-import httpx
 import numpy as np
 import openai
 import pytest
 
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 from tests.support.voice_agents import PIPECAT_PATIENCE_S, TimedWord, pipecat_speak, speech
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -57,7 +56,7 @@ def decoded_seconds(data: bytes) -> float:
 
 
 def pcm_seconds(node: ServerProcess, text: str) -> float:
-    response = httpx.post(node.url + "/tts/stream", json={"text": text, "voice": VOICE}, headers=KEYED, timeout=120)
+    response = PROBE.post(node.url + "/tts/stream", json={"text": text, "voice": VOICE}, headers=KEYED, timeout=120)
     return len(response.content) / 2 / int(response.headers["x-sample-rate"])
 
 
@@ -91,7 +90,7 @@ def test_streaming_response_gets_bytes_while_generation_runs(client: openai.Open
     ) as response:
         for chunk in response.iter_bytes():
             if running_at_first_bytes is None:
-                health = httpx.get(node.url + "/health", headers=KEYED, timeout=10).json()
+                health = PROBE.get(node.url + "/health", headers=KEYED, timeout=10).json()
                 running_at_first_bytes = health["inflight"]["running"]
             total += len(chunk)
     assert running_at_first_bytes == 1  # the synthesis was still under way when the first bytes arrived
@@ -152,7 +151,7 @@ def test_speed_instructions_and_the_object_voice(client: openai.OpenAI, node: Se
 def test_models_and_voices_lists(client: openai.OpenAI, node: ServerProcess) -> None:
     ids = [model.id for model in client.models.list()]
     assert ids[:3] == ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"] and "kokoro" in ids
-    voices = httpx.get(node.url + "/v1/audio/voices", headers=KEYED).json()
+    voices = PROBE.get(node.url + "/v1/audio/voices", headers=KEYED).json()
     by_id = {voice["id"]: voice for voice in voices["data"]}
     assert by_id[VOICE]["kind"] == "builtin" and by_id[VOICE]["language"] == "en-us"
     assert by_id["alloy"]["kind"] == "openai" and by_id["alloy"]["maps_to"]
@@ -162,7 +161,7 @@ def test_openai_requests_share_the_lifecycle(client: openai.OpenAI, node: Server
     client.audio.speech.create(model="tts-1", voice=VOICE, input="Counted once.", response_format="mp3")
     again = client.audio.speech.create(model="tts-1", voice=VOICE, input="Counted once.", response_format="opus")
     assert again.response.headers["x-cache"] == "hit"  # the cache keeps PCM: a hit serves any format
-    metrics = httpx.get(node.url + "/metrics").text
+    metrics = PROBE.get(node.url + "/metrics").text
     assert 'polytts_requests_total{engine="kokoro",outcome="ok",route="v1/audio/speech"}' in metrics
     assert "v1/audio/speech outcome=ok" in node.log()
 
@@ -198,7 +197,7 @@ def test_an_abandoned_stream_frees_the_gpu_thread(client: openai.OpenAI, node: S
     assert stop.is_set()
 
     def running() -> int:
-        return int(httpx.get(node.url + "/health", headers=KEYED).json()["inflight"]["running"])
+        return int(PROBE.get(node.url + "/health", headers=KEYED).json()["inflight"]["running"])
 
     wait_until(lambda: not running(), 60, "the GPU thread to be free")
     assert running() == 0
@@ -209,10 +208,10 @@ def test_a_client_that_leaves_an_encoded_event_stream_leaves_the_node_up(node: S
     step (FFmpeg crashed the process when the container was freed under a running AAC encode)."""
     body = {"model": "tts-1", "voice": "alloy", "input": LONG, "response_format": "aac", "stream_format": "sse"}
     for _ in range(4):
-        with httpx.stream("POST", node.url + "/v1/audio/speech", json=body, timeout=120, headers=KEYED) as response:
+        with PROBE.stream("POST", node.url + "/v1/audio/speech", json=body, timeout=120, headers=KEYED) as response:
             assert response.status_code == 200
             next(response.iter_bytes())
-    assert httpx.get(node.url + "/health", timeout=10).json()["status"] == "ready"
+    assert PROBE.get(node.url + "/health", timeout=10).json()["status"] == "ready"
 
 
 def test_pipecat_openai_service_speaks_an_answer_sentence_by_sentence(node: ServerProcess) -> None:

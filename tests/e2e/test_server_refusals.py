@@ -8,13 +8,12 @@ import json
 import signal
 from pathlib import Path
 
-import httpx
 import pytest
 import websockets
 from websockets.sync.client import connect
 
 from tests.support.polling import wait_until
-from tests.support.servers import ServerProcess
+from tests.support.servers import PROBE, ServerProcess
 
 KEY = "handshake-secret"
 
@@ -43,7 +42,7 @@ def test_refused_handshakes_log_one_line_of_ours_and_no_uvicorn_error(tmp_path: 
             assert json.loads(held.recv(timeout=60))["type"] == "start"
             assert server.proc is not None
             server.proc.send_signal(signal.SIGTERM)
-            wait_until(lambda: httpx.get(server.url + "/ready").status_code == 503, 10, "the node to drain")
+            wait_until(lambda: PROBE.get(server.url + "/ready").status_code == 503, 10, "the node to drain")
             assert handshake_status(url, ["polytts", key]) == 503  # refused by the route itself
             held.send(json.dumps({"end": True}))
             assert json.loads([message for message in held if isinstance(message, str)][-1])["type"] == "done"

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
-from tests.support.servers import ServerProcess, no_tracebacks
+from tests.support.servers import PROBE, ServerProcess, no_tracebacks
 from tests.support.voice_agents import speech
 
 SECRET = "vapi-secret"
@@ -32,7 +31,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, assembled_model: Path) -> Ite
 def test_a_voice_request_streams_pcm_at_its_rate(node: ServerProcess, rate: int) -> None:
     body = {"message": {"type": "voice-request", "text": ANSWER, "sampleRate": rate}, "call": {"id": "c1"}}
     chunks: list[bytes] = []
-    with httpx.stream(
+    with PROBE.stream(
         "POST", f"{node.url}/vapi/synthesize?voice=af_heart", json=body, headers={"X-VAPI-SECRET": SECRET}, timeout=120
     ) as response:
         assert response.status_code == 200 and response.headers["x-sample-rate"] == str(rate)
@@ -40,5 +39,5 @@ def test_a_voice_request_streams_pcm_at_its_rate(node: ServerProcess, rate: int)
     samples = np.frombuffer(b"".join(chunks), dtype="<i2")
     assert len(chunks) > 1  # streamed as it is made, not sent whole
     assert 4.0 < samples.size / rate < 9.0 and speech(samples)
-    refused = httpx.post(f"{node.url}/vapi/synthesize", json=body, headers={"X-VAPI-SECRET": "wrong"})
+    refused = PROBE.post(f"{node.url}/vapi/synthesize", json=body, headers={"X-VAPI-SECRET": "wrong"})
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"

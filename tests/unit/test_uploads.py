@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 
 from tests.support.polling import wait_until
-from tests.support.servers import free_port
+from tests.support.servers import PROBE, free_port
 from voicebank.uploads import MAX_FILENAME_CHARS, UploadBudget, read_form
 from web.fronts import FRONTS
 from web.http_errors import install_error_handlers
@@ -86,7 +86,7 @@ def multipart(*parts: tuple[str, str | None, bytes], boundary: str = BOUNDARY) -
 
 def post(app: FormApp, body: bytes, boundary: str = BOUNDARY) -> httpx.Response:
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
-    return httpx.post(app.url + "/form", content=body, headers=headers, timeout=60)
+    return PROBE.post(app.url + "/form", content=body, headers=headers, timeout=60)
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_chunked_uploads_are_counted_as_they_arrive(app: FormApp, no_tracebacks:
     def chunked() -> httpx.Response:
         pieces = iter([body[i : i + 65536] for i in range(0, len(body), 65536)])
         headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
-        return httpx.post(app.url + "/form", content=pieces, headers=headers, timeout=60)
+        return PROBE.post(app.url + "/form", content=pieces, headers=headers, timeout=60)
 
     with ThreadPoolExecutor(3) as pool:
         held = [pool.submit(chunked) for _ in range(3)]
