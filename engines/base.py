@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar, cast
+from typing import ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -197,6 +197,8 @@ class Engine(ABC):
     """The family this engine serves (`EngineSpec.family`)."""
     sample_rate: int
     caps: EngineCaps
+    warmup_params: ClassVar[dict[str, Param]] = {}
+    """The warm-up generation's parameters: whatever makes it cheapest, as it runs only to do the lazy setup once."""
 
     def check_params(self, params: dict[str, Param]) -> None:
         """Raise InvalidInput when this node cannot honour a parameter (e.g. a denoiser that is not installed)."""
@@ -286,7 +288,7 @@ class Engine(ABC):
             from text.languages import resolve_language
 
             handle = self.prepare_voice(voices[0])
-            for _ in self.stream("Ready.", handle, SynthesisOptions(language=resolve_language(None))):
+            for _ in self.stream("Ready.", handle, SynthesisOptions(resolve_language(None), dict(self.warmup_params))):
                 pass
 
     @abstractmethod
