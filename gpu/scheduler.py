@@ -186,10 +186,11 @@ class Scheduler:
                     with self._lock:
                         self._stoppable.pop(job, None)
                     said = True
+                audio = isinstance(piece, np.ndarray)  # word timings come between pieces
+                if audio and not samples:  # counted said before its audio reaches the reader, who may leave at once
+                    job.spoken_chars += getattr(unit, "chars", 0)
                 job._deliver(piece)
-                if isinstance(piece, np.ndarray):  # word timings come between pieces
-                    if not samples:  # its audio reaches the reader: what a unit says it speaks is counted said
-                        job.spoken_chars += getattr(unit, "chars", 0)
+                if audio:
                     samples += len(piece)
                 if job.cancelled.is_set():  # a native stream is closed, not run to its end
                     break

@@ -199,6 +199,33 @@ async def test_cancelling_after_the_first_piece_stops_before_the_next_step(gpu: 
     assert scheduler.stats()["running"] == scheduler.stats()["waiting"] == 0
 
 
+class SaidStep:
+    """A step of `chars` characters (as the service's steps say theirs) that yields one piece."""
+
+    def __init__(self, chars: int) -> None:
+        self.chars = chars
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        yield piece(self.chars)
+
+
+async def test_a_steps_characters_are_counted_said_before_its_audio_reaches_the_reader(gpu: GpuThread) -> None:
+    """A reader may leave as soon as it has the audio, and its request's line is written then: what the line says was
+    spoken already counts the step it heard (it read 0 when the count came after the delivery)."""
+    scheduler = scheduler_for(gpu)
+    job = make_job("a", lambda: iter([SaidStep(12), SaidStep(30)]))
+    counted_at_delivery: list[int] = []
+    deliver = job._deliver
+
+    def delivering(piece: object) -> None:
+        counted_at_delivery.append(job.spoken_chars)
+        deliver(piece)
+
+    job._deliver = delivering  # type: ignore[method-assign,assignment]
+    assert values(await collect(scheduler.submit(job))) == [12, 30]
+    assert counted_at_delivery[:2] == [12, 42]
+
+
 async def test_cancelling_mid_step_closes_the_stream_without_running_it_to_its_end(gpu: GpuThread) -> None:
     scheduler = scheduler_for(gpu)
     hold = threading.Semaphore(0)
