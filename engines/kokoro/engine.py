@@ -66,8 +66,8 @@ def choose_backend(requested: str, accelerator: str | None, mlx: bool = False) -
 class KokoroEngine(Engine):
     name = "kokoro"
     sample_rate = SAMPLE_RATE
-    # Its fastest rate (KokoroParams' bound): a quarter of the frames to decode, the same setup done (0.18 CPU-s instead of 0.63 for the
-    # warm-up on one int8 thread of the 2-core machine).
+    # Its fastest rate (KokoroParams' bound): a quarter of the frames to decode, the same setup done (0.18 CPU-s
+    # instead of 0.63 for the warm-up on one int8 thread of the 2-core machine).
     warmup_params: ClassVar[dict[str, Param]] = {"speed": 4.0}
 
     def __init__(
