@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 PROBE = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
-"""The client of a benchmark's polls and quick requests (/ready, /health, /metrics): `httpx.get` builds a client at
-every call, about 20 ms of CPU for its TLS context, taken from the server being measured when a poll runs twenty times
-a second. Like `httpx.get` it keeps no connection between requests; it can be shared between threads."""
+"""The client of the benchmarks' and the tests' polls and quick requests to a server (/ready, /health, /metrics, a
+one-off call): `httpx.get` builds a client at every call, about 20 ms of CPU for its TLS context, taken from the server
+being waited for or measured when a poll runs twenty times a second. Like `httpx.get` it keeps no connection between
+requests; it can be shared between threads."""
 
 SHORT_TEXT = "The quick brown fox jumps over the lazy dog near the riverbank."
 SIXTY_WORDS = (

@@ -19,9 +19,10 @@ import soundfile as sf
 import websockets
 from websockets.sync.client import connect as connect_websocket
 
+from bench.common import PROBE
 from tests.support.clips import wav_clip
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ROOT, ServerProcess
+from tests.support.servers import ROOT, ServerProcess
 
 LONG = " ".join(
     f"Sentence number {i} of a stream that is still playing when the node is told to stop." for i in range(2)

@@ -28,9 +28,10 @@ import httpx
 import pytest
 import websockets
 
+from bench.common import PROBE
 from tests.e2e.test_fleet import _pack_form
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ROOT, ServerProcess, free_port
+from tests.support.servers import ROOT, ServerProcess, free_port
 
 HAPROXY = shutil.which("haproxy")
 pytestmark = pytest.mark.skipif(

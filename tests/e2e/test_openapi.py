@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.common import PROBE
 from tests.support.openapi import openapi_env, operations
-from tests.support.servers import PROBE, ROOT, ServerProcess
+from tests.support.servers import ROOT, ServerProcess
 
 SCHEMATHESIS_EXAMPLES = 12
 """Examples per operation and phase: the whole run stays within a few minutes on two cores."""

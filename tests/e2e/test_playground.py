@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page
 
+from bench.common import PROBE
 from engines.blends import parse_blend
 from errors import InvalidInput
 from tests.support.browser import LAPTOP, PHONE, Console, chromium, screenshot, wait_for_js
 from tests.support.clips import wav_clip
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 from tests.support.voices import clone_form
 from web.routes.playground import PLAYGROUND_DIR
 

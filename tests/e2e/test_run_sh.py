@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ROOT, free_port
+from tests.support.servers import ROOT, free_port
 from web.serving import SIGNALS_TOGETHER_S
 
 FIRST_HEALTH_S = 120.0  # a fresh venv makes run.sh's first run pip install (quick when all is satisfied)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import httpx
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 
 LONG = " ".join(f"Paragraph {i} of a long chapter keeps the engine busy for a while." for i in range(12))
 SHORT = "Quick answer."

@@ -25,8 +25,9 @@ from bench.abuse.payloads import (
     stalled_readers,
 )
 from bench.abuse.probing import Target, requests_total
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 
 LONG = " ".join(f"Sentence {i} of a long answer keeps the engine busy for a good while." for i in range(30))
 IDLE_S = 6

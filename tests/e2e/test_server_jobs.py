@@ -19,10 +19,11 @@ from typing import Any
 import httpx
 
 from audio.encoding import WAV_HEADER_BYTES
+from bench.common import PROBE
 from jobs.store import JobStore
 from jobs.webhook import SIGNATURE_HEADER, webhook_secret
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 
 BOOK = {
     "format": "wav",

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from elevenlabs import ElevenLabs
 
+from bench.common import PROBE
 from engines.cpu_flags import cpu_flags
-from tests.support.servers import PROBE, ServerProcess, no_tracebacks
+from tests.support.servers import ServerProcess, no_tracebacks
 from tests.support.voice_agents import check_timings, speech, words_of_characters
 
 VOICE = "af_heart"

@@ -20,9 +20,10 @@ import httpx
 import pytest
 import websockets
 
+from bench.common import PROBE
 from tests.support.live_socket import speak_live
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 
 PARAGRAPH = "Live speech starts while the text is still being written. Each phrase is spoken as soon as it is complete."
 """Two sentences, about 6 s of speech: the first is spoken while the second is still being sent."""

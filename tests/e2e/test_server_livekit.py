@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess, no_tracebacks
+from tests.support.servers import ServerProcess, no_tracebacks
 from tests.support.voice_agents import TimedWord, check_timings, heard, patient, speak_streamed, speech
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ import numpy as np
 import openai
 import pytest
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 from tests.support.voice_agents import PIPECAT_PATIENCE_S, TimedWord, pipecat_speak, speech
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."

@@ -12,8 +12,9 @@ import pytest
 import websockets
 from websockets.sync.client import connect
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, ServerProcess
+from tests.support.servers import ServerProcess
 
 KEY = "handshake-secret"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.servers import PROBE, ServerProcess, no_tracebacks
+from bench.common import PROBE
+from tests.support.servers import ServerProcess, no_tracebacks
 from tests.support.voice_agents import speech
 
 SECRET = "vapi-secret"

@@ -12,15 +12,10 @@ from typing import Protocol
 
 import httpx
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-PROBE = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
-"""The tests' client for a quick request to a server (a status poll, /metrics, a one-off call): `httpx.get` builds a
-client at every call, about 20 ms of CPU for its TLS context, which a poll every 50 ms pays twenty times a second (a
-server's start alone was polled some 27 times). Like `httpx.get` it keeps no connection between requests, and it can
-be shared between threads."""
 
 
 def service_env(tmp: Path, **env: str) -> dict[str, str]:

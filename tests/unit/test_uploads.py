@@ -15,8 +15,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
+from bench.common import PROBE
 from tests.support.polling import wait_until
-from tests.support.servers import PROBE, free_port
+from tests.support.servers import free_port
 from voicebank.uploads import MAX_FILENAME_CHARS, UploadBudget, read_form
 from web.fronts import FRONTS
 from web.http_errors import install_error_handlers
