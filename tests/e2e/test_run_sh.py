@@ -43,6 +43,7 @@ def _env(tmp: Path, port: int, **extra: str) -> dict[str, str]:
             "POLYTTS_KOKORO_ONNX_DIR": str(ROOT / "models" / "kokoro-82m-int8"),
             "POLYTTS_WARM_ON_START": "false",
             "POLYTTS_KOKORO_ONNX_ROUTE": "int8",  # as every test server (tests/support/servers.py)
+            "POLYTTS_ONNX_THREADS": "1",  # likewise: the same audio, without threads spinning on the other worker's cores
             "POLYTTS_VENV": sys.prefix,
             "PYTHONUNBUFFERED": "1",
         }
