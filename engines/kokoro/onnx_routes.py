@@ -133,6 +133,8 @@ class OpenVinoRunner:
         try:
             with on_stop(request.cancel):
                 request.start_async(inputs)
+                if stopped():  # stopped before the start, when a cancel does nothing: the whole run would follow
+                    request.cancel()
                 request.wait()
             if stopped():
                 raise StepStopped("inference stopped: its request was cancelled")
