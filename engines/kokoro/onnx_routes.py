@@ -131,10 +131,9 @@ class OpenVinoRunner:
         except queue.Empty:
             request = self._compiled.create_infer_request()
         try:
+            request.start_async(inputs)
+            # Hooked once started: a stop already set cancels it at once (a cancel before the start does nothing).
             with on_stop(request.cancel):
-                request.start_async(inputs)
-                if stopped():  # stopped before the start, when a cancel does nothing: the whole run would follow
-                    request.cancel()
                 request.wait()
             if stopped():
                 raise StepStopped("inference stopped: its request was cancelled")
