@@ -173,7 +173,7 @@ case "${1:-serve}" in
     shift; VENV=$TEST_VENV; setup requirements-dev.txt || exit $?; checks || exit 1
     # Bytecode kept in the test environment's own folder, never beside the sources, even where PYTHONDONTWRITEBYTECODE
     # is set: each worker's assertion-rewritten test modules and each of the ~100 processes the tests start would
-    # otherwise compile the same sources again (about half of a worker's collection, 0.15 CPU-s a server start).
+    # otherwise compile the same sources again (about half of a worker's collection, 0.2 CPU-s a server start).
     export PYTHONPYCACHEPREFIX="$VENV/pycache"; unset PYTHONDONTWRITEBYTECODE
     exec "$VENV/bin/python" -m pytest -n "$(test_workers)" --dist loadfile --no-loadscope-reorder "$@" ;;
   check) VENV=$TEST_VENV; environment requirements-dev.txt || exit $?; checks ;;
